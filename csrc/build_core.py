@@ -1,0 +1,45 @@
+"""cffi build script for reaper's C core (API mode, out-of-line).
+
+Referenced from setup.py's ``cffi_modules``; builds the extension ``reaper._core``.
+"""
+from cffi import FFI
+
+ffi = FFI()
+ffi.cdef(
+    """
+    #define REAPER_EV_SIGNAL ...
+    #define REAPER_EV_EXIT ...
+    #define REAPER_WAIT_NO_CHILDREN ...
+    #define REAPER_WAIT_MORE ...
+
+    struct reaper_event {
+        int kind;
+        int pid;
+        int signo;
+        int code;
+        int uid;
+        long utime_us;
+        long stime_us;
+        long maxrss_kb;
+        int64_t woke_ns;
+        int64_t at_ns;
+    };
+
+    int reaper_setup(void);
+    int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno);
+    int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, int *state);
+    int reaper_set_subreaper(void);
+    int reaper_set_pdeathsig(int signo);
+    """
+)
+ffi.set_source(
+    "reaper._core",
+    '#include "reaper_core.h"',
+    # Paths relative to the project root, where setuptools runs this script.
+    sources=["csrc/reaper_core.c"],
+    include_dirs=["csrc"],
+    extra_compile_args=["-std=gnu99", "-Wall", "-Wextra", "-O2"],
+)
+
+if __name__ == "__main__":
+    ffi.compile(verbose=True)

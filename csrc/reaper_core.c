@@ -1,0 +1,246 @@
+/* reaper's C core. See reaper_core.h; the Python layer is reaper/_native.py.
+ *
+ * Pipeline, as the Python side calls it:
+ *   reaper_setup      block every signal we handle, remember what the invoker gave us
+ *   reaper_spawn      fork, isolate the child, give it back the invoker's signals, exec
+ *   reaper_wait       one blocking poll, then a batch of signals and reaped children
+ */
+#define _GNU_SOURCE
+#include "reaper_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What the invoker gave us, restored in the child before exec. */
+static sigset_t invoker_mask;
+static unsigned char invoker_ignored[_NSIG];
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* CPython ignores SIGPIPE and SIGXFSZ before any of our code runs, and
+ * installs its own SIGINT handler only where the invoker left SIG_DFL; the
+ * child must not inherit those changes (subprocess's restore_signals does the
+ * same). An invoker's SIG_IGN on PIPE/XFSZ is indistinguishable from
+ * CPython's, so those two always go back to SIG_DFL. */
+static int set_by_python(int sig)
+{
+    return sig == SIGPIPE || sig == SIGXFSZ;
+}
+
+static void remember_invoker_dispositions(void)
+{
+    for (int sig = 1; sig < _NSIG; sig++) {
+        struct sigaction old;
+        if (sigaction(sig, NULL, &old) == 0 && !set_by_python(sig))
+            invoker_ignored[sig] = old.sa_handler == SIG_IGN;
+    }
+}
+
+/* Returns a signalfd on success, -errno on failure. Must run before the
+ * interpreter starts any thread, so that every thread inherits the mask and
+ * no handled signal can be delivered to a thread instead of the signalfd. */
+int reaper_setup(void)
+{
+    sigset_t handled;
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN};
+
+    remember_invoker_dispositions();
+
+    /* sigfillset leaves out glibc's two reserved real-time signals (32, 33). */
+    sigfillset(&handled);
+    /* TTIN/TTOU are ignored, not forwarded: reaper must never be stopped for
+     * writing a log line to a terminal it does not own (tini does the same). */
+    sigdelset(&handled, SIGTTIN);
+    sigdelset(&handled, SIGTTOU);
+    sigaction(SIGTTIN, &ign, NULL);
+    sigaction(SIGTTOU, &ign, NULL);
+
+    int rc = pthread_sigmask(SIG_BLOCK, &handled, &invoker_mask);
+    if (rc != 0)
+        return -rc;
+
+    /* Blocked signals are queued even for PID 1 and even when ignored; but an
+     * inherited SIG_IGN for SIGCHLD would make the kernel reap children itself
+     * and hide the main child's status from us. */
+    for (int sig = 1; sig < _NSIG; sig++)
+        if (sig != SIGTTIN && sig != SIGTTOU && sig != SIGKILL && sig != SIGSTOP)
+            sigaction(sig, &dfl, NULL);
+
+    int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+    return sfd < 0 ? -errno : sfd;
+}
+
+static void restore_invoker_signals(void)
+{
+    struct sigaction act = {0};
+    for (int sig = 1; sig < _NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP)
+            continue;
+        act.sa_handler = invoker_ignored[sig] ? SIG_IGN : SIG_DFL;
+        sigaction(sig, &act, NULL); /* fails harmlessly for 32/33 */
+    }
+    /* Dispositions first, mask last: a signal already pending (forwarded
+     * before exec) is then delivered with the invoker's disposition, never
+     * to a handler left over from the interpreter. */
+    pthread_sigmask(SIG_SETMASK, &invoker_mask, NULL);
+}
+
+static int exec_failure_status(int err)
+{
+    if (err == ENOENT || err == ENOTDIR)
+        return 127;
+    if (err == EACCES || err == ENOEXEC || err == EISDIR || err == EPERM)
+        return 126;
+    return 1;
+}
+
+/* Only async-signal-safe calls between fork and exec. */
+static void become_child(char *const argv[], int own_group, int take_tty, int errfd)
+{
+    if (own_group) {
+        setpgid(0, 0);
+        /* In the child, not the parent: the child must own the terminal
+         * before it execs and reads from it. SIGTTOU is ignored here. */
+        if (take_tty && isatty(STDIN_FILENO))
+            tcsetpgrp(STDIN_FILENO, getpid());
+    }
+    restore_invoker_signals();
+    execvp(argv[0], argv);
+    int err = errno;
+    ssize_t unused = write(errfd, &err, sizeof err);
+    (void)unused;
+    _exit(exec_failure_status(err));
+}
+
+/* Returns the child's pid, or -errno if fork failed. *exec_errno is 0 when
+ * the child exec'd, or the errno of the failed exec (the child then exits
+ * 127/126 by itself). */
+int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno)
+{
+    int errpipe[2];
+    *exec_errno = 0;
+    if (pipe2(errpipe, O_CLOEXEC) < 0)
+        return -errno;
+
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(errpipe[0]);
+        close(errpipe[1]);
+        return -err;
+    }
+    if (pid == 0) {
+        close(errpipe[0]);
+        become_child(argv, own_group, take_tty, errpipe[1]);
+    }
+    close(errpipe[1]);
+
+    /* setpgid in both processes: whichever runs first creates the group, so a
+     * signal forwarded to -pid right after we return always has a target.
+     * EACCES means the child already exec'd, having done it itself. */
+    if (own_group)
+        setpgid(pid, pid);
+
+    /* The pipe closes on a successful exec (CLOEXEC) or carries its errno. */
+    int err = 0;
+    ssize_t got;
+    do
+        got = read(errpipe[0], &err, sizeof err);
+    while (got < 0 && errno == EINTR);
+    close(errpipe[0]);
+    if (got == (ssize_t)sizeof err)
+        *exec_errno = err;
+    return pid;
+}
+
+static void take_signals(int sfd, struct reaper_event *events, int cap, int *n, int64_t woke)
+{
+    struct signalfd_siginfo si;
+    while (*n < cap && read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        /* SIGCHLD only says "look": the drain below never trusts one per child. */
+        if (si.ssi_signo == SIGCHLD)
+            continue;
+        struct reaper_event *ev = &events[(*n)++];
+        memset(ev, 0, sizeof *ev);
+        ev->kind = REAPER_EV_SIGNAL;
+        ev->signo = (int)si.ssi_signo;
+        ev->pid = (int)si.ssi_pid;
+        ev->uid = (int)si.ssi_uid;
+        ev->code = si.ssi_code;
+        ev->woke_ns = woke;
+        ev->at_ns = monotonic_ns();
+    }
+}
+
+static void reap_children(struct reaper_event *events, int cap, int *n, int64_t woke, int *state)
+{
+    while (*n < cap) {
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        if (pid == 0)
+            return;
+        if (pid < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == ECHILD)
+                *state |= REAPER_WAIT_NO_CHILDREN;
+            return;
+        }
+        struct reaper_event *ev = &events[(*n)++];
+        memset(ev, 0, sizeof *ev);
+        ev->kind = REAPER_EV_EXIT;
+        ev->pid = pid;
+        ev->code = status;
+        ev->utime_us = ru.ru_utime.tv_sec * 1000000L + ru.ru_utime.tv_usec;
+        ev->stime_us = ru.ru_stime.tv_sec * 1000000L + ru.ru_stime.tv_usec;
+        ev->maxrss_kb = ru.ru_maxrss;
+        ev->woke_ns = woke;
+        ev->at_ns = monotonic_ns();
+    }
+}
+
+/* Blocks until a signal arrives or timeout_ms passes (-1: no timeout, so an
+ * idle reaper never wakes up). Then takes every queued signal and reaps every
+ * child that has exited, whether or not a SIGCHLD was seen: SIGCHLDs
+ * coalesce, so one may stand for thousands of exits. Called with the GIL
+ * released. Returns the number of events written. */
+int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, int *state)
+{
+    struct pollfd pfd = {.fd = sfd, .events = POLLIN};
+    int n = 0;
+
+    *state = 0;
+    if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
+        return -errno;
+    int64_t woke = monotonic_ns();
+    take_signals(sfd, events, cap, &n, woke);
+    reap_children(events, cap, &n, woke, state);
+    if (n == cap)
+        *state |= REAPER_WAIT_MORE;
+    return n;
+}
+
+int reaper_set_subreaper(void)
+{
+    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 ? -errno : 0;
+}
+
+int reaper_set_pdeathsig(int signo)
+{
+    return prctl(PR_SET_PDEATHSIG, signo, 0, 0, 0) < 0 ? -errno : 0;
+}

@@ -1,0 +1,34 @@
+/* reaper's C core: signal setup, spawning the main child, and the one
+ * blocking wait that returns a batch of events. Policy lives in Python. */
+#ifndef REAPER_CORE_H
+#define REAPER_CORE_H
+
+#include <stdint.h>
+
+#define REAPER_EV_SIGNAL 1 /* a signal was read from the signalfd */
+#define REAPER_EV_EXIT   2 /* a child was reaped */
+
+struct reaper_event {
+    int kind;          /* REAPER_EV_SIGNAL or REAPER_EV_EXIT */
+    int pid;           /* sender pid (signal) or reaped pid (exit) */
+    int signo;         /* signal number (signal events) */
+    int code;          /* si_code (signal) or wait status (exit) */
+    int uid;           /* sender uid (signal events) */
+    long utime_us;     /* rusage of a reaped child */
+    long stime_us;
+    long maxrss_kb;
+    int64_t woke_ns;   /* CLOCK_MONOTONIC when the wait returned */
+    int64_t at_ns;     /* CLOCK_MONOTONIC when this event was taken */
+};
+
+/* Flags for reaper_wait()'s *state output. */
+#define REAPER_WAIT_NO_CHILDREN 1 /* waitpid said ECHILD: nothing left to reap */
+#define REAPER_WAIT_MORE        2 /* the buffer filled up: call again at once */
+
+int reaper_setup(void);
+int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno);
+int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, int *state);
+int reaper_set_subreaper(void);
+int reaper_set_pdeathsig(int signo);
+
+#endif

@@ -1,0 +1,3 @@
+from reaper.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""Thin typed layer over the C core (csrc/reaper_core.c): C errors become OSError."""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from reaper._core import ffi, lib
+
+EV_SIGNAL = lib.REAPER_EV_SIGNAL
+EV_EXIT = lib.REAPER_EV_EXIT
+BATCH = 512
+
+
+class Event(NamedTuple):
+    kind: int        # EV_SIGNAL or EV_EXIT
+    pid: int         # sender (signal) or reaped pid (exit)
+    signo: int       # signal number, signal events only
+    code: int        # si_code (signal) or wait status (exit)
+    uid: int         # sender uid, signal events only
+    utime: float     # seconds of user CPU of a reaped child
+    stime: float
+    maxrss_kb: int
+    woke_ns: int     # CLOCK_MONOTONIC at the wake-up that found this event
+    at_ns: int       # CLOCK_MONOTONIC when it was taken
+
+
+def _check(rc: int) -> int:
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc))
+    return rc
+
+
+def setup() -> int:
+    """Block every handled signal and return the signalfd that receives them."""
+    return _check(lib.reaper_setup())
+
+
+def spawn(argv: list[str], own_group: bool, take_tty: bool) -> tuple[int, int]:
+    """Fork and exec argv; returns (pid, exec_errno), exec_errno 0 on success."""
+    keep = [ffi.new("char[]", os.fsencode(a)) for a in argv]
+    c_argv = ffi.new("char *[]", keep + [ffi.NULL])
+    exec_errno = ffi.new("int *")
+    pid = _check(lib.reaper_spawn(c_argv, int(own_group), int(take_tty), exec_errno))
+    return pid, exec_errno[0]
+
+
+class Waiter:
+    """One blocking wait on the signalfd, returning a batch of events."""
+
+    def __init__(self, sfd: int) -> None:
+        self.sfd = sfd
+        self._buf = ffi.new("struct reaper_event[]", BATCH)
+        self._state = ffi.new("int *")
+
+    def wait(self, timeout_ms: int) -> tuple[list[Event], bool, bool]:
+        """Returns (events, no_children, more). timeout_ms -1 waits forever."""
+        n = _check(lib.reaper_wait(self.sfd, timeout_ms, self._buf, BATCH, self._state))
+        buf = self._buf
+        events = [
+            Event(e.kind, e.pid, e.signo, e.code, e.uid, e.utime_us / 1e6, e.stime_us / 1e6,
+                  e.maxrss_kb, e.woke_ns, e.at_ns)
+            for e in (buf[i] for i in range(n))
+        ]
+        state = self._state[0]
+        return events, bool(state & lib.REAPER_WAIT_NO_CHILDREN), bool(state & lib.REAPER_WAIT_MORE)
+
+
+def set_subreaper() -> None:
+    _check(lib.reaper_set_subreaper())
+
+
+def set_pdeathsig(signo: int) -> None:
+    _check(lib.reaper_set_pdeathsig(signo))
+

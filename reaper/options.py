@@ -1,0 +1,338 @@
+"""Command-line options and REAPER_* environment variables, from one table.
+
+Parsing uses getopt (POSIX mode: it stops at the first non-option, so
+``reaper sh -c 'x'`` works) because it is small and cheap to import: nothing
+here may slow the path from start to the child's exec.
+"""
+from __future__ import annotations
+
+import getopt
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from reaper import signals
+
+DEFAULT_METRICS_PORT = 9259
+BUDGET_ACTIONS = ("observe", "nice", "throttle", "terminate")
+
+
+class UsageError(Exception):
+    """Bad input: one line on stderr and exit status 2, before the child starts."""
+
+
+@dataclass
+class Config:
+    command: list = field(default_factory=list)
+    # core
+    subreaper: bool = False
+    process_group: bool = False
+    single_child: bool = False
+    remap_exit: frozenset = frozenset()
+    pdeath_signal: int = 0
+    warn_on_reap: bool = False
+    verbosity: int = 1
+    rewrite: dict = field(default_factory=dict)
+    grace: float = 5.0
+    # CPU budgets for strays
+    cpu_budget: Optional[float] = None
+    cpu_budget_total: Optional[float] = None
+    budget_window: float = 10.0
+    budget_grace: float = 30.0
+    budget_action: str = "nice"
+    budget_kill_after: float = 60.0
+    budget_interval: float = 1.0
+    stray_match: list = field(default_factory=list)
+    protect: list = field(default_factory=list)
+    ray_aware: bool = True
+    stray_cpus: Optional[str] = None
+    # statistics
+    metrics_port: Optional[int] = None
+    metrics_address: str = "0.0.0.0"
+    metrics_file: Optional[str] = None
+    metrics_interval: float = 10.0
+    summary_file: Optional[str] = None
+
+    @property
+    def budgets_enabled(self) -> bool:
+        return self.cpu_budget is not None or self.cpu_budget_total is not None
+
+    @property
+    def metrics_enabled(self) -> bool:
+        return self.metrics_port is not None or self.metrics_file is not None
+
+
+# --- value parsers: each raises ValueError with a message naming the problem ---
+
+def _positive(text: str) -> float:
+    v = float(text)
+    if not v > 0 or v != v or v == float("inf"):
+        raise ValueError(f"must be a number > 0, not {text!r}")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    v = float(text)
+    if not v >= 0 or v == float("inf"):
+        raise ValueError(f"must be a number >= 0, not {text!r}")
+    return v
+
+
+def _exit_code(text: str) -> int:
+    if not text.strip().isdigit() or not 0 <= int(text) <= 255:
+        raise ValueError(f"exit status must be 0-255, not {text!r}")
+    return int(text)
+
+
+def _rewrite(text: str) -> tuple:
+    src, sep, dst = text.partition(":")
+    if not sep:
+        raise ValueError(f"rewrite must be FROM:TO, not {text!r}")
+    return signals.parse(src), signals.parse(dst, allow_zero=True)
+
+
+def _port(text: str) -> int:
+    if not text.strip().isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"port must be 1-65535, not {text!r}")
+    return int(text)
+
+
+def _regex(text: str) -> str:
+    import re
+
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise ValueError(f"invalid regular expression {text!r}: {e}") from None
+    return text
+
+
+def _action(text: str) -> str:
+    if text not in BUDGET_ACTIONS:
+        raise ValueError(f"unknown action {text!r} (choose from {', '.join(BUDGET_ACTIONS)})")
+    return text
+
+
+def parse_cpu_list(text: str) -> frozenset:
+    """'0-3,7' -> {0,1,2,3,7}; every CPU must exist on this machine."""
+    cpus = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"bad CPU list {text!r} (expected e.g. 0-3,7 or auto)")
+        lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
+        if hi_i < lo_i:
+            raise ValueError(f"bad CPU range {part!r}")
+        cpus.update(range(lo_i, hi_i + 1))
+    present = os.sched_getaffinity(0) | set(range(os.cpu_count() or 1))
+    unknown = sorted(cpus - present)
+    if unknown:
+        raise ValueError(f"unknown CPU {unknown[0]} in {text!r}")
+    return frozenset(cpus)
+
+
+def _cpus(text: str) -> str:
+    if text != "auto":
+        parse_cpu_list(text)
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    long: str
+    short: str            # "" when there is none
+    dest: str
+    kind: str             # flag | count | value | list | off
+    help: str
+    metavar: str = ""
+    parse: Callable[[str], Any] = str
+    env: tuple = ()       # environment variables, first match wins
+    section: str = "core"
+
+
+OPTIONS = (
+    Option("subreaper", "s", "subreaper", "flag", "register as child subreaper (automatic when not PID 1)",
+           env=("REAPER_SUBREAPER", "TINI_SUBREAPER")),
+    Option("process-group", "g", "process_group", "flag",
+           "forward signals to the child's process group, not only the child",
+           env=("REAPER_PROCESS_GROUP", "TINI_KILL_PROCESS_GROUP")),
+    Option("single-child", "c", "single_child", "flag",
+           "forward signals to the child only (dumb-init's -c; overrides -g)", env=("REAPER_SINGLE_CHILD",)),
+    Option("remap-exit", "e", "remap_exit", "list", "child exit status N becomes 0 (repeatable, e.g. 143)",
+           "N", _exit_code, env=("REAPER_REMAP_EXIT",)),
+    Option("pdeath-signal", "p", "pdeath_signal", "value", "signal reaper gets when its parent dies",
+           "SIG", signals.parse, env=("REAPER_PDEATH_SIGNAL",)),
+    Option("warn-on-reap", "w", "warn_on_reap", "flag", "log a warning for every orphan reaped",
+           env=("REAPER_WARN_ON_REAP",)),
+    Option("verbose", "v", "verbosity", "count", "more log output (repeatable: info, debug)",
+           env=("REAPER_VERBOSITY", "TINI_VERBOSITY")),
+    Option("rewrite", "r", "rewrite", "list", "forward signal S as R; R=0 drops it (repeatable)",
+           "S:R", _rewrite, env=("REAPER_REWRITE",)),
+    Option("grace", "", "grace", "value",
+           "seconds remaining processes get between SIGTERM and SIGKILL after the child exits (0: none)",
+           "SECONDS", _non_negative, env=("REAPER_GRACE",)),
+    Option("cpu-budget", "", "cpu_budget", "value", "CPU budget of each stray process, in cores",
+           "CORES", _positive, env=("REAPER_CPU_BUDGET",), section="budget"),
+    Option("cpu-budget-total", "", "cpu_budget_total", "value", "CPU budget of all strays together, in cores",
+           "CORES", _positive, env=("REAPER_CPU_BUDGET_TOTAL",), section="budget"),
+    Option("budget-window", "", "budget_window", "value", "seconds CPU use is averaged over (10)",
+           "SECONDS", _positive, env=("REAPER_BUDGET_WINDOW",), section="budget"),
+    Option("budget-grace", "", "budget_grace", "value", "seconds a new stray may use CPU freely (30)",
+           "SECONDS", _non_negative, env=("REAPER_BUDGET_GRACE",), section="budget"),
+    Option("budget-action", "", "budget_action", "value", "observe | nice | throttle | terminate (nice)",
+           "ACTION", _action, env=("REAPER_BUDGET_ACTION",), section="budget"),
+    Option("budget-kill-after", "", "budget_kill_after", "value",
+           "seconds over budget before terminate acts (60)", "SECONDS", _non_negative,
+           env=("REAPER_BUDGET_KILL_AFTER",), section="budget"),
+    Option("budget-interval", "", "budget_interval", "value", "seconds between CPU samples (1)",
+           "SECONDS", _positive, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
+    Option("stray-match", "", "stray_match", "list", "a process whose command line matches is a stray (repeatable)",
+           "REGEX", _regex, env=("REAPER_STRAY_MATCH",), section="budget"),
+    Option("protect", "", "protect", "list", "a process whose command line matches is never a stray (repeatable)",
+           "REGEX", _regex, env=("REAPER_PROTECT",), section="budget"),
+    Option("no-ray-aware", "", "ray_aware", "off", "do not treat children of idle Ray workers as strays",
+           env=("REAPER_NO_RAY_AWARE",), section="budget"),
+    Option("stray-cpus", "", "stray_cpus", "value", "keep strays on these CPUs (e.g. 2-7), or auto",
+           "LIST", _cpus, env=("REAPER_STRAY_CPUS",), section="budget"),
+    Option("metrics", "", "metrics_port", "value",
+           f"serve Prometheus metrics on the default port {DEFAULT_METRICS_PORT}",
+           "", lambda _: DEFAULT_METRICS_PORT, env=("REAPER_METRICS",), section="metrics"),
+    Option("metrics-port", "", "metrics_port", "value", "serve Prometheus metrics on PORT",
+           "PORT", _port, env=("REAPER_METRICS_PORT",), section="metrics"),
+    Option("metrics-address", "", "metrics_address", "value", "address the metrics endpoint binds (0.0.0.0)",
+           "ADDR", str, env=("REAPER_METRICS_ADDRESS",), section="metrics"),
+    Option("metrics-file", "", "metrics_file", "value", "also write the metrics to PATH at an interval",
+           "PATH", str, env=("REAPER_METRICS_FILE",), section="metrics"),
+    Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes (10)",
+           "SECONDS", _positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
+    Option("summary-file", "", "summary_file", "value", "write the exit summary (JSON) to PATH",
+           "PATH", str, env=("REAPER_SUMMARY_FILE",), section="metrics"),
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def _env_flag(var: str, value: str) -> bool:
+    # tini's variables are set-means-on, whatever the value (even empty).
+    if var.startswith("TINI_"):
+        return True
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise UsageError(f"{var}={value!r}: expected 1/0, true/false, yes/no or on/off")
+
+
+def _apply(cfg: Config, opt: Option, raw: Optional[str], origin: str) -> None:
+    if opt.kind in ("flag", "off"):
+        on = True if raw is None else _env_flag(origin, raw)
+        setattr(cfg, opt.dest, on if opt.kind == "flag" else not on)
+        return
+    if opt.kind == "count":
+        if raw is None:
+            setattr(cfg, opt.dest, getattr(cfg, opt.dest) + 1)
+            return
+        if not raw.strip().isdigit():
+            raise UsageError(f"{origin}={raw!r}: expected a number")
+        setattr(cfg, opt.dest, int(raw))
+        return
+    if opt.metavar == "":     # --metrics: a flag that sets a value
+        if raw is not None and origin.startswith("REAPER_") and not _env_flag(origin, raw):
+            return
+        raw = ""
+    try:
+        if opt.kind == "list":
+            items = [raw] if origin.startswith("-") else [p for p in raw.split(",") if p.strip()]
+            values = [opt.parse(p) for p in items]
+            setattr(cfg, opt.dest, getattr(cfg, opt.dest) + values)
+        else:
+            setattr(cfg, opt.dest, opt.parse(raw))
+    except ValueError as e:
+        raise UsageError(f"{origin}: {e}") from None
+
+
+def _finish(cfg: Config) -> Config:
+    cfg.remap_exit = frozenset(cfg.remap_exit)
+    cfg.rewrite = dict(cfg.rewrite)
+    if cfg.single_child:
+        cfg.process_group = False
+    return cfg
+
+
+def parse(argv: list, environ: Optional[dict] = None) -> Config:
+    """Parse reaper's own arguments. Raises UsageError; returns a Config whose
+    .command is empty only for --help/--version (handled by the caller)."""
+    environ = os.environ if environ is None else environ
+    cfg = Config()
+    shorts = "".join(o.short + ("" if o.kind in ("flag", "count", "off") else ":") for o in OPTIONS if o.short)
+    longs = [o.long + ("" if o.kind in ("flag", "count", "off") or o.metavar == "" else "=") for o in OPTIONS]
+    try:
+        # getopt.getopt (unlike gnu_getopt) stops at the first non-option.
+        opts, rest = getopt.getopt(argv, "hV" + shorts, longs + ["help", "version"])
+    except getopt.GetoptError as e:
+        raise UsageError(str(e)) from None
+
+    given = {}
+    for flag, value in opts:
+        if flag in ("-h", "--help"):
+            raise HelpRequested()
+        if flag in ("-V", "--version"):
+            raise VersionRequested()
+        opt = next(o for o in OPTIONS if flag in ("--" + o.long, "-" + o.short))
+        given.setdefault(opt.dest, []).append((opt, value, flag))
+
+    # Environment first, then flags override it.
+    for opt in OPTIONS:
+        if opt.dest in given:
+            continue
+        for var in opt.env:
+            if var in environ:
+                _apply(cfg, opt, environ[var], var)
+                break
+    for dest, uses in given.items():
+        if uses[0][0].kind == "list":
+            setattr(cfg, dest, [])
+        for opt, value, flag in uses:
+            _apply(cfg, opt, None if opt.kind in ("flag", "count", "off") else value, flag)
+
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if not rest:
+        raise UsageError("no command given")
+    cfg.command = rest
+    return _finish(cfg)
+
+
+class HelpRequested(Exception):
+    pass
+
+
+class VersionRequested(Exception):
+    pass
+
+
+_SECTIONS = (("core", "Options"), ("budget", "CPU budgets for stray processes"),
+             ("metrics", "Statistics"))
+
+
+def help_text() -> str:
+    lines = [
+        "usage: reaper [OPTIONS] [--] COMMAND [ARGS...]",
+        "       reaper stats [--url URL | --file PATH]",
+        "       reaper watch [OPTIONS]",
+        "",
+        "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits",
+        "with COMMAND's status. Every option also reads a REAPER_* environment variable.",
+    ]
+    for section, title in _SECTIONS:
+        lines += ["", title + ":"]
+        for o in OPTIONS:
+            if o.section != section:
+                continue
+            flag = (f"-{o.short}, " if o.short else "    ") + f"--{o.long}" + (f" {o.metavar}" if o.metavar else "")
+            lines.append(f"  {flag:<30} {o.help}  [{o.env[0]}]")
+    lines += ["", "  -h, --help                     show this help and exit",
+              "  -V, --version                  show the version and exit"]
+    return "\n".join(lines) + "\n"

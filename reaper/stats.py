@@ -1,0 +1,94 @@
+"""What reaper counts. Plain Python numbers, updated by the loop without locks
+or imports; the exporter reads them at scrape time (reaper/metrics.py)."""
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import Optional
+
+from reaper import signals
+
+# Reap latency: from the wake-up that found an exited child to its reap.
+REAP_LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1.0)
+
+
+def outcome(status: int) -> str:
+    """A bounded label for a wait status: exited_0, exited_nonzero or the signal name."""
+    if os.WIFSIGNALED(status):
+        return signals.name(os.WTERMSIG(status))
+    return "exited_0" if os.WEXITSTATUS(status) == 0 else "exited_nonzero"
+
+
+def exit_code(status: int) -> int:
+    """Shell convention: N for exit(N), 128+N for death by signal N."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class BudgetStats:
+    """Filled by the CPU budget enforcer (reaper/budget.py)."""
+
+    def __init__(self) -> None:
+        self.strays = 0                      # strays alive at the last sample
+        self.stray_cpu_seconds = 0.0         # CPU used by strays, summed over samples
+        self.violations = Counter()          # action -> violations seen under that action
+        self.actions = Counter()             # action taken -> count (nice, throttle, terminate, ...)
+        self.mechanism = ""                  # throttle mechanism in use: cgroup_v2, cgroup_v1, sigstop
+        self.samples = 0
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.start_time = time.time()
+        self.main_pid: Optional[int] = None
+        self.main_command = ""
+        self.main_state = "starting"          # starting, running, exited, exec_failed
+        self.main_status: Optional[int] = None  # raw wait status
+        self.main_exit_code: Optional[int] = None  # N or 128+N, before -e remapping
+        self.exit_status: Optional[int] = None   # reaper's own, after remapping
+        self.phase = "running"                # running, draining, killing, done
+        self.reaped = Counter()               # (kind, outcome) -> count; kind main|orphan|supervised
+        self.reaped_cpu_seconds = 0.0         # user+system of everything reaped
+        self.latency_buckets = [0] * (len(REAP_LATENCY_BUCKETS) + 1)
+        self.latency_sum = 0.0
+        self.latency_count = 0
+        self.signals_received = Counter()     # signal name -> count
+        self.signals_forwarded = Counter()    # signal name (as sent) -> count
+        self.drain = Counter()                # terminated, killed, survived
+        self.drain_seconds: Optional[float] = None
+        self.policy_errors = 0                # exceptions caught in policy code
+        self.budget = BudgetStats()
+
+    def record_reap(self, kind: str, status: int, latency: float, cpu: float) -> None:
+        self.reaped[(kind, outcome(status))] += 1
+        self.reaped_cpu_seconds += cpu
+        i = 0
+        while i < len(REAP_LATENCY_BUCKETS) and latency > REAP_LATENCY_BUCKETS[i]:
+            i += 1
+        self.latency_buckets[i] += 1
+        self.latency_sum += latency
+        self.latency_count += 1
+
+    def reaped_total(self, kind: Optional[str] = None) -> int:
+        return sum(n for (k, _), n in self.reaped.items() if kind is None or k == kind)
+
+    def summary(self) -> dict:
+        """The exit summary: one JSON object with the totals."""
+        return {
+            "reaped": self.reaped_total(),
+            "orphans": self.reaped_total("orphan"),
+            "signals_received": sum(self.signals_received.values()),
+            "signals_forwarded": sum(self.signals_forwarded.values()),
+            "strays": self.budget.strays,
+            "stray_cpu_seconds": round(self.budget.stray_cpu_seconds, 3),
+            "budget_actions": dict(self.budget.actions),
+            "drain": {k: self.drain.get(k, 0) for k in ("terminated", "killed", "survived")},
+            "drain_seconds": None if self.drain_seconds is None else round(self.drain_seconds, 3),
+            "main_pid": self.main_pid,
+            "main_exit_code": self.main_exit_code,
+            "exit_status": self.exit_status,
+            "policy_errors": self.policy_errors,
+            "uptime_seconds": round(time.time() - self.start_time, 3),
+        }

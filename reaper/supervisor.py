@@ -1,0 +1,302 @@
+"""reaper's loop: wait, forward signals, reap, and at the end drain what is left.
+
+Lifecycle (catatonit's rule): setup may fail fast (cli.py); once run() is
+entered, reaper never exits except after the main child has exited and the
+drain is over. An exception in policy code is logged and the loop goes on.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from typing import Optional, Protocol
+
+from reaper import signals
+from reaper._native import EV_EXIT, Waiter
+from reaper.log import Log
+from reaper.options import Config
+from reaper.stats import Stats, exit_code
+
+FOREVER = -1
+KILL_WAIT = 5.0          # seconds to wait for SIGKILLed processes to be reaped
+KILL_RESCAN = 0.1        # as subreaper, look for late descendants this often while killing
+FORCE_AFTER = 3          # the third SIGTERM/SIGINT kills everything at once
+
+
+class Plugin(Protocol):
+    """Periodic policy run from the loop (budgets, metrics file)."""
+
+    name: str
+
+    def next_deadline(self) -> Optional[float]:
+        """time.monotonic() at which tick() wants to run next; None: never."""
+
+    def tick(self, now: float) -> None: ...
+
+    def close(self) -> None:
+        """Called once at exit, before reaper's own exit status is returned."""
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, log: Log, stats: Stats, sfd: int) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.stats = stats
+        self.waiter = Waiter(sfd)
+        self.pid = os.getpid()
+        self.is_pid1 = self.pid == 1
+        self.main_pid: Optional[int] = None
+        self.supervised: set = set()     # pids reaper started besides the main child
+        self.plugins: list = []
+        self.phase = "running"
+        self.term_count = 0
+        self.deadline: Optional[float] = None
+        self.drain_started = 0.0
+        self.drain_targets: dict = {}    # pid -> create_time at drain start
+        self.kill_targets: dict = {}     # pid -> create_time still alive at SIGKILL
+
+    # --- the loop ---------------------------------------------------------
+
+    def run(self, main_pid: int) -> int:
+        self.main_pid = main_pid
+        more = False
+        while True:
+            events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
+            for ev in events:
+                self._guarded("event", self._handle, ev)
+            if more:
+                continue
+            now = time.monotonic()
+            for plugin in self.plugins:
+                due = plugin.next_deadline()
+                if due is not None and due <= now:
+                    self._guarded(plugin.name, plugin.tick, now)
+            if self.phase != "running" and self._drain_step(no_children, now):
+                return self._finish()
+
+    def _timeout_ms(self) -> int:
+        due = [d for d in (p.next_deadline() for p in self.plugins) if d is not None]
+        if self.deadline is not None:
+            due.append(self.deadline)
+        if self.phase == "killing" and not self.is_pid1:
+            due.append(time.monotonic() + KILL_RESCAN)
+        if not due:
+            return FOREVER
+        return max(0, int((min(due) - time.monotonic()) * 1000) + 1)
+
+    def _guarded(self, what: str, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as e:  # PID 1 must not die of a bug in policy code
+            self.stats.policy_errors += 1
+            self.log.error(f"error in {what} (reaper goes on): {e!r}")
+            if self.log.enabled(3):
+                for line in traceback.format_exc().splitlines():
+                    self.log.debug(line)
+
+    def _handle(self, ev) -> None:
+        if ev.kind == EV_EXIT:
+            self._on_exit(ev)
+        else:
+            self._on_signal(ev)
+
+    # --- reaping ----------------------------------------------------------
+
+    def _on_exit(self, ev) -> None:
+        latency = (ev.at_ns - ev.woke_ns) / 1e9
+        cpu = ev.utime + ev.stime
+        if ev.pid == self.main_pid:
+            self.stats.record_reap("main", ev.code, latency, cpu)
+            self._main_exited(ev.code)
+            return
+        kind = "supervised" if ev.pid in self.supervised else "orphan"
+        self.supervised.discard(ev.pid)
+        self.stats.record_reap(kind, ev.code, latency, cpu)
+        if self.cfg.warn_on_reap and kind == "orphan":
+            self.log.warn(f"reaped orphan {ev.pid} ({self._describe(ev.code)})")
+
+    @staticmethod
+    def _describe(status: int) -> str:
+        if os.WIFSIGNALED(status):
+            return f"killed by {signals.name(os.WTERMSIG(status))}"
+        return f"exit status {os.WEXITSTATUS(status)}"
+
+    def _main_exited(self, status: int) -> None:
+        code = exit_code(status)
+        self.stats.main_status = status
+        self.stats.main_exit_code = code
+        self.stats.main_state = "exited"
+        self.log.info(f"main child {self.main_pid} ended: {self._describe(status)}")
+        self.main_pid = None
+        self._begin_drain()
+
+    # --- signals ----------------------------------------------------------
+
+    def _on_signal(self, ev) -> None:
+        signo = ev.signo
+        sname = signals.name(signo)
+        # A signal reaper raised on itself (SIGPIPE from a write to a closed pipe).
+        if ev.pid == self.pid:
+            return
+        self.stats.signals_received[sname] += 1
+        if signo in signals.FAULT_SIGNALS and ev.code not in (signals.SI_USER, signals.SI_QUEUE):
+            self.log.debug(f"{sname} from the kernel (si_code {ev.code}) not forwarded")
+            return
+        if signo in (signal.SIGTERM, signal.SIGINT):
+            self.term_count += 1
+        if self.phase != "running":
+            self._signal_while_draining(signo, sname)
+            return
+        target = self.cfg.rewrite.get(signo, signo)
+        if target == 0:
+            self.log.debug(f"{sname} dropped (--rewrite)")
+            return
+        self._forward(target)
+
+    def _forward(self, signo: int) -> None:
+        # The main child is not reaped yet (that would have ended this phase),
+        # so its pid cannot have been reused.
+        pid = self.main_pid
+        try:
+            if self.cfg.process_group:
+                try:
+                    os.kill(-pid, signo)
+                except ProcessLookupError:
+                    os.kill(pid, signo)     # the child left its group
+            else:
+                os.kill(pid, signo)
+        except ProcessLookupError:
+            self.log.debug(f"main child {pid} gone before {signals.name(signo)} could be forwarded")
+            return
+        self.stats.signals_forwarded[signals.name(signo)] += 1
+        self.log.debug(f"forwarded {signals.name(signo)} to {'group ' if self.cfg.process_group else ''}{pid}")
+
+    def _signal_while_draining(self, signo: int, sname: str) -> None:
+        if signo in (signal.SIGTERM, signal.SIGINT) and self.term_count >= FORCE_AFTER \
+                and self.phase == "draining":
+            self.log.warn(f"{sname} received {self.term_count} times: killing everything now")
+            self._kill_all()
+        else:
+            self.log.info(f"{sname} received while draining: not cutting the grace period short")
+
+    # --- end of life --------------------------------------------------------
+
+    def _scope(self) -> dict:
+        """pid -> create_time of every process reaper is responsible for now."""
+        import psutil
+
+        if self.is_pid1:
+            procs = [p for p in psutil.process_iter(["create_time"]) if p.pid != self.pid]
+        else:
+            procs = psutil.Process(self.pid).children(recursive=True)
+        found = {}
+        for p in procs:
+            try:
+                found[p.pid] = p.create_time()
+            except psutil.Error:
+                pass
+        return found
+
+    @staticmethod
+    def _alive(targets: dict) -> dict:
+        import psutil
+
+        alive = {}
+        for pid, created in targets.items():
+            try:
+                p = psutil.Process(pid)
+                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                    alive[pid] = created
+            except psutil.Error:
+                pass
+        return alive
+
+    def _signal_scope(self, signo: int) -> None:
+        if self.is_pid1 and os.getpid() == 1:
+            # PID 1 of its own namespace: -1 is exactly "everyone but me".
+            try:
+                os.kill(-1, signo)
+            except ProcessLookupError:
+                pass
+            return
+        for pid, created in self._scope().items():
+            self._signal_one(pid, created, signo)
+
+    def _signal_one(self, pid: int, created: float, signo: int) -> None:
+        """Signal pid only if it is still the process that was found (pidfd)."""
+        import psutil
+
+        try:
+            fd = os.pidfd_open(pid)
+        except (ProcessLookupError, AttributeError, OSError):
+            fd = None
+        try:
+            if psutil.Process(pid).create_time() != created:
+                return
+            if fd is not None:
+                signal.pidfd_send_signal(fd, signo)
+            else:
+                os.kill(pid, signo)
+        except (ProcessLookupError, psutil.Error):
+            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _begin_drain(self) -> None:
+        self.phase = self.stats.phase = "draining"
+        self.drain_started = time.monotonic()
+        self.drain_targets = self._scope()
+        if not self.drain_targets:
+            return
+        if self.cfg.grace <= 0:
+            self._kill_all()
+            return
+        self.log.info(f"draining {len(self.drain_targets)} remaining process(es): "
+                      f"SIGTERM, then SIGKILL after {self.cfg.grace:g}s")
+        self._signal_scope(signal.SIGTERM)
+        self._signal_scope(signal.SIGCONT)   # a stopped process must run to handle SIGTERM
+        self.deadline = self.drain_started + self.cfg.grace
+
+    def _kill_all(self) -> None:
+        alive = self._alive(self.drain_targets)
+        late = {p: c for p, c in self._scope().items() if p not in alive}
+        self.kill_targets = {**alive, **late}
+        self.stats.drain["terminated"] += len(self.drain_targets) - len(alive)
+        self.phase = self.stats.phase = "killing"
+        if self.kill_targets:
+            self.log.info(f"SIGKILL to {len(self.kill_targets)} process(es) left")
+        self._signal_scope(signal.SIGKILL)
+        self.deadline = time.monotonic() + KILL_WAIT
+
+    def _drain_step(self, no_children: bool, now: float) -> bool:
+        """Advances the drain; True when reaper may exit."""
+        if no_children:
+            if self.phase == "draining":
+                self.stats.drain["terminated"] += len(self.drain_targets)
+            else:
+                self.stats.drain["killed"] += len(self.kill_targets)
+            return True
+        if self.phase == "draining" and now >= self.deadline:
+            self._kill_all()
+        elif self.phase == "killing":
+            if now >= self.deadline:
+                survivors = self._alive(self.kill_targets)
+                self.stats.drain["killed"] += len(self.kill_targets) - len(survivors)
+                self.stats.drain["survived"] += len(survivors)
+                self.log.warn(f"{len(survivors)} process(es) survived SIGKILL: {sorted(survivors)[:10]}")
+                return True
+            if not self.is_pid1:
+                self._signal_scope(signal.SIGKILL)   # descendants forked after the last look
+        return False
+
+    def _finish(self) -> int:
+        self.phase = self.stats.phase = "done"
+        self.stats.drain_seconds = time.monotonic() - self.drain_started
+        for plugin in self.plugins:
+            self._guarded(plugin.name, plugin.close)
+        code = self.stats.main_exit_code
+        status = 0 if code in self.cfg.remap_exit else code
+        self.stats.exit_status = status
+        return status

@@ -1,0 +1,159 @@
+"""Shared harness: run reaper as a real PID 1 in a fresh PID namespace.
+
+Every wait is bounded; nothing sleeps where an event can be awaited. Tests run
+in parallel (pytest-xdist): use tmp_path for files and free_port() for ports.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REAPER = shutil.which("reaper") or str(Path(sys.executable).with_name("reaper"))
+PYTHON = sys.executable
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
+    """Polls predicate until it returns a truthy value; fails after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def wait_for_file(path: Path, timeout: float = 10.0, contains: str = "") -> str:
+    def ready():
+        try:
+            text = Path(path).read_text()
+        except FileNotFoundError:
+            return ""
+        return text if contains in text and text else ""
+    return wait_for(ready, timeout, what=f"{path} to contain {contains!r}")
+
+
+def children_of(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def proc_status(pid: int) -> dict:
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = v.strip()
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Reaper:
+    """A running reaper. In a namespace (pid1=True) it is PID 1 there; .pid is its
+    pid as seen from the test."""
+
+    def __init__(self, args, pid1=True, env=None, user=None, stdin=subprocess.DEVNULL,
+                 cwd=None, preexec_fn=None, pass_fds=()):
+        cmd = [REAPER, *args]
+        if user is not None:
+            cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+        if pid1:
+            cmd = [*UNSHARE, *cmd]
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=full_env, cwd=cwd, preexec_fn=preexec_fn, pass_fds=pass_fds)
+        self.pid1 = pid1
+        self._pid = None
+        self.stdout = self.stderr = None
+
+    @property
+    def pid(self) -> int:
+        """Host pid of the reaper process (blocks until it has been exec'd)."""
+        if self._pid is None:
+            if not self.pid1:
+                self._pid = self.proc.pid
+            else:
+                def reaper_child():
+                    for c in children_of(self.proc.pid):
+                        try:
+                            if os.readlink(f"/proc/{c}/exe") != os.readlink(f"/proc/{self.proc.pid}/exe"):
+                                return c
+                        except OSError:
+                            pass
+                    return None
+                self._pid = wait_for(reaper_child, 10, what="reaper to start under unshare")
+        return self._pid
+
+    def wait_ready(self, timeout=10.0) -> int:
+        """Waits until reaper has blocked its signals (the C core's first act)."""
+        wait_for(lambda: int(proc_status(self.pid)["SigBlk"], 16) != 0, timeout, 0.001,
+                 what="reaper to block its signals")
+        return self.pid
+
+    def main_child(self, timeout=10.0) -> int:
+        """Host pid of reaper's main child (its first child)."""
+        return wait_for(lambda: (children_of(self.pid) or [None])[0], timeout, what="main child")
+
+    def send(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout=30.0) -> int:
+        try:
+            self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"reaper did not exit within {timeout}s")
+        self.stdout = self.stdout.decode(errors="replace")
+        self.stderr = self.stderr.decode(errors="replace")
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            # unshare --kill-child takes the namespace down with it.
+            self.proc.send_signal(signal.SIGKILL)
+            self.stdout, self.stderr = (x.decode(errors="replace") for x in self.proc.communicate())
+
+
+@pytest.fixture
+def reaper():
+    """Factory: reaper(args, pid1=True, ...) -> Reaper; everything is killed afterwards."""
+    started = []
+
+    def start(args, **kw):
+        r = Reaper(args, **kw)
+        started.append(r)
+        return r
+    yield start
+    for r in started:
+        r.kill()
+
+
+def run_reaper(args, pid1=True, timeout=30.0, **kw):
+    """Runs reaper to completion; returns the Reaper (with .stdout, .stderr, .proc.returncode)."""
+    r = Reaper(args, pid1=pid1, **kw)
+    r.wait(timeout)
+    return r
+
+
+def py(code: str) -> list:
+    """argv running a Python snippet with this interpreter."""
+    return [PYTHON, "-c", code]
