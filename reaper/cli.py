@@ -56,7 +56,17 @@ def _inherited_fds(sfd: int) -> list:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:    # no /proc: the usual range
         fds = range(3, 1024)
-    return [fd for fd in fds if fd >= 3 and fd != sfd]
+    # Keep only fds still open: listdir's own directory fd is in the listing and
+    # closed by now; its number may be reused (e.g. by the metrics socket).
+    return [fd for fd in fds if fd >= 3 and fd != sfd and _is_open(fd)]
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def _run(cfg, sfd: int, inherited: list) -> int:

@@ -13,7 +13,7 @@ _NAMES = ("ERROR", "WARN", "INFO", "DEBUG")
 
 
 class Log:
-    def __init__(self, verbosity: int = 1) -> None:
+    def __init__(self, verbosity: int = 2) -> None:
         self.verbosity = verbosity
         self.pid = os.getpid()
 

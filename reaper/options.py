@@ -31,7 +31,7 @@ class Config:
     remap_exit: frozenset = frozenset()
     pdeath_signal: int = 0
     warn_on_reap: bool = False
-    verbosity: int = 1
+    verbosity: int = 2                 # 0 error, 1 warn, 2 info (default), 3 debug
     rewrite: dict = field(default_factory=dict)
     grace: float = 5.0
     # CPU budgets for strays
@@ -164,7 +164,7 @@ OPTIONS = (
            "SIG", signals.parse, env=("REAPER_PDEATH_SIGNAL",)),
     Option("warn-on-reap", "w", "warn_on_reap", "flag", "log a warning for every orphan reaped",
            env=("REAPER_WARN_ON_REAP",)),
-    Option("verbose", "v", "verbosity", "count", "more log output (repeatable: info, debug)",
+    Option("verbose", "v", "verbosity", "count", "more log output: debug (0 error, 1 warn, 2 info is the default)",
            env=("REAPER_VERBOSITY", "TINI_VERBOSITY")),
     Option("rewrite", "r", "rewrite", "list", "forward signal S as R; R=0 drops it (repeatable)",
            "S:R", _rewrite, env=("REAPER_REWRITE",)),
@@ -246,7 +246,7 @@ def _apply(cfg: Config, opt: Option, raw: Optional[str], origin: str) -> None:
         if opt.kind == "list":
             items = [raw] if origin.startswith("-") else [p for p in raw.split(",") if p.strip()]
             values = [opt.parse(p) for p in items]
-            setattr(cfg, opt.dest, getattr(cfg, opt.dest) + values)
+            setattr(cfg, opt.dest, list(getattr(cfg, opt.dest)) + values)
         else:
             setattr(cfg, opt.dest, opt.parse(raw))
     except ValueError as e:

@@ -69,14 +69,33 @@ class Supervisor:
                 continue
             now = time.monotonic()
             for plugin in self.plugins:
-                due = plugin.next_deadline()
-                if due is not None and due <= now:
-                    self._guarded(plugin.name, plugin.tick, now)
-            if self.phase != "running" and self._drain_step(no_children, now):
-                return self._finish()
+                self._guarded(plugin.name, self._tick_if_due, plugin, now)
+            if self.phase != "running":
+                try:
+                    if self._drain_step(no_children, now):
+                        return self._finish()
+                except Exception as e:
+                    # Never stay stuck: a failed step still ends at the deadline.
+                    self._policy_error("drain", e)
+                    if no_children or now >= (self.deadline or 0) + KILL_WAIT:
+                        return self._finish()
+
+    @staticmethod
+    def _tick_if_due(plugin, now: float) -> None:
+        due = plugin.next_deadline()
+        if due is not None and due <= now:
+            plugin.tick(now)
 
     def _timeout_ms(self) -> int:
-        due = [d for d in (p.next_deadline() for p in self.plugins) if d is not None]
+        due = []
+        for plugin in self.plugins:
+            try:
+                d = plugin.next_deadline()
+            except Exception as e:
+                self._policy_error(plugin.name, e)
+                d = None
+            if d is not None:
+                due.append(d)
         if self.deadline is not None:
             due.append(self.deadline)
         if self.phase == "killing" and not self.is_pid1:
@@ -89,11 +108,14 @@ class Supervisor:
         try:
             fn(*args)
         except Exception as e:  # PID 1 must not die of a bug in policy code
-            self.stats.policy_errors += 1
-            self.log.error(f"error in {what} (reaper goes on): {e!r}")
-            if self.log.enabled(3):
-                for line in traceback.format_exc().splitlines():
-                    self.log.debug(line)
+            self._policy_error(what, e)
+
+    def _policy_error(self, what: str, e: Exception) -> None:
+        self.stats.policy_errors += 1
+        self.log.error(f"error in {what} (reaper goes on): {e!r}")
+        if self.log.enabled(3):
+            for line in traceback.format_exc().splitlines():
+                self.log.debug(line)
 
     def _handle(self, ev) -> None:
         if ev.kind == EV_EXIT:
@@ -107,8 +129,8 @@ class Supervisor:
         latency = (ev.at_ns - ev.woke_ns) / 1e9
         cpu = ev.utime + ev.stime
         if ev.pid == self.main_pid:
+            self._main_exited(ev.code)          # control first: the drain must start
             self.stats.record_reap("main", ev.code, latency, cpu)
-            self._main_exited(ev.code)
             return
         kind = "supervised" if ev.pid in self.supervised else "orphan"
         self.supervised.discard(ev.pid)
@@ -123,12 +145,11 @@ class Supervisor:
         return f"exit status {os.WEXITSTATUS(status)}"
 
     def _main_exited(self, status: int) -> None:
-        code = exit_code(status)
+        pid, self.main_pid = self.main_pid, None
         self.stats.main_status = status
-        self.stats.main_exit_code = code
+        self.stats.main_exit_code = exit_code(status)
         self.stats.main_state = "exited"
-        self.log.info(f"main child {self.main_pid} ended: {self._describe(status)}")
-        self.main_pid = None
+        self.log.info(f"main child {pid} ended: {self._describe(status)}")
         self._begin_drain()
 
     # --- signals ----------------------------------------------------------
@@ -245,8 +266,13 @@ class Supervisor:
                 os.close(fd)
 
     def _begin_drain(self) -> None:
+        # Phase and deadline first: whatever fails below, the loop still ends.
         self.phase = self.stats.phase = "draining"
         self.drain_started = time.monotonic()
+        self.deadline = self.drain_started + self.cfg.grace
+        self._guarded("drain", self._terminate_scope)
+
+    def _terminate_scope(self) -> None:
         self.drain_targets = self._scope()
         if not self.drain_targets:
             return
@@ -257,18 +283,19 @@ class Supervisor:
                       f"SIGTERM, then SIGKILL after {self.cfg.grace:g}s")
         self._signal_scope(signal.SIGTERM)
         self._signal_scope(signal.SIGCONT)   # a stopped process must run to handle SIGTERM
-        self.deadline = self.drain_started + self.cfg.grace
 
     def _kill_all(self) -> None:
-        alive = self._alive(self.drain_targets)
-        late = {p: c for p, c in self._scope().items() if p not in alive}
-        self.kill_targets = {**alive, **late}
-        self.stats.drain["terminated"] += len(self.drain_targets) - len(alive)
         self.phase = self.stats.phase = "killing"
-        if self.kill_targets:
-            self.log.info(f"SIGKILL to {len(self.kill_targets)} process(es) left")
-        self._signal_scope(signal.SIGKILL)
         self.deadline = time.monotonic() + KILL_WAIT
+        try:   # who is left, for the drain statistics; SIGKILL goes out whatever happens here
+            alive = self._alive(self.drain_targets)
+            late = {p: c for p, c in self._scope().items() if p not in alive}
+            self.kill_targets = {**alive, **late}
+            self.stats.drain["terminated"] += len(self.drain_targets) - len(alive)
+        finally:
+            self._signal_scope(signal.SIGKILL)
+        if self.kill_targets:
+            self.log.info(f"sent SIGKILL to {len(self.kill_targets)} process(es) left")
 
     def _drain_step(self, no_children: bool, now: float) -> bool:
         """Advances the drain; True when reaper may exit."""

@@ -6,6 +6,7 @@ in parallel (pytest-xdist): use tmp_path for files and free_port() for ports.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import socket
@@ -84,6 +85,7 @@ class Reaper:
         self.pid1 = pid1
         self._pid = None
         self.stdout = self.stderr = None
+        self._buf = b""
 
     @property
     def pid(self) -> int:
@@ -113,6 +115,21 @@ class Reaper:
         """Host pid of reaper's main child (its first child)."""
         return wait_for(lambda: (children_of(self.pid) or [None])[0], timeout, what="main child")
 
+    def readline(self, timeout: float = 10.0) -> str:
+        """Next line the main child wrote to stdout (reaper passes stdout straight through)."""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"no line from the child within {timeout}s (got {self._buf!r})")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"child's stdout closed (got {self._buf!r})")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode()
+
     def send(self, sig: int) -> None:
         os.kill(self.pid, sig)
 
@@ -122,7 +139,7 @@ class Reaper:
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f"reaper did not exit within {timeout}s")
-        self.stdout = self.stdout.decode(errors="replace")
+        self.stdout = self._buf.decode(errors="replace") + self.stdout.decode(errors="replace")
         self.stderr = self.stderr.decode(errors="replace")
         return self.proc.returncode
 
@@ -145,6 +162,37 @@ def reaper():
     yield start
     for r in started:
         r.kill()
+
+
+@pytest.fixture(scope="session")
+def storm_bin(tmp_path_factory) -> str:
+    """tests/helpers/storm.c, compiled once per worker."""
+    out = tmp_path_factory.mktemp("bin") / "storm"
+    src = Path(__file__).with_name("helpers") / "storm.c"
+    subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-o", str(out), str(src)], check=True)
+    return str(out)
+
+
+def zombies_of(pid: int) -> list:
+    """Zombie children of pid (host view)."""
+    found = []
+    for c in children_of(pid):
+        try:
+            if proc_status(c)["State"].startswith("Z"):
+                found.append(c)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def summary(stderr: str) -> dict:
+    """reaper's exit summary (the JSON on its 'summary' log line)."""
+    import json
+
+    for line in stderr.splitlines():
+        if ": INFO summary " in line:
+            return json.loads(line.split(": INFO summary ", 1)[1])
+    raise AssertionError(f"no summary line in stderr:\n{stderr}")
 
 
 def run_reaper(args, pid1=True, timeout=30.0, **kw):

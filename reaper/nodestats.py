@@ -1,0 +1,277 @@
+"""What /proc and the cgroup filesystem say, read-only: the process table of
+reaper's scope, per-core CPU, cgroup counts and the pids controller.
+
+Only the exporter uses this module (at scrape time or from its sampler
+thread), so none of it runs when metrics are off. Every reader tolerates
+processes vanishing mid-scan and files that do not exist on this kernel.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import NamedTuple, Optional
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SATURATED = 0.95                 # a core at or above this busy ratio counts as saturated
+CPU_MODES = ("user", "system", "irq", "softirq", "steal")
+MAX_CGROUP_DIRS = 200_000        # stop counting cgroup directories beyond this (a runaway host)
+
+
+# --- the process table ----------------------------------------------------------
+
+class Proc(NamedTuple):
+    pid: int
+    ppid: int
+    state: str        # one letter, as in /proc/PID/stat: R S D Z T ...
+    name: str         # comm (at most 15 characters): never the command line
+    start: float      # seconds since boot
+
+
+def read_proc(pid: int, proc: str = "/proc") -> Optional[Proc]:
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: it ends at the last ')'.
+    lpar, rpar = raw.find(b"("), raw.rfind(b")")
+    fields = raw[rpar + 2:].split()
+    try:
+        return Proc(pid, int(fields[1]), fields[0].decode(), raw[lpar + 1:rpar].decode(errors="replace"),
+                    int(fields[19]) / CLK_TCK)
+    except (IndexError, ValueError):
+        return None
+
+
+def scan(proc: str = "/proc") -> dict:
+    """pid -> Proc for every process visible in this PID namespace."""
+    table = {}
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            p = read_proc(int(name), proc)
+            if p is not None:
+                table[p.pid] = p
+    return table
+
+
+def uptime(proc: str = "/proc") -> float:
+    with open(f"{proc}/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def descendants(table: dict, root: int) -> set:
+    """Pids below root in the parent tree of table (root excluded)."""
+    kids: dict = {}
+    for p in table.values():
+        kids.setdefault(p.ppid, []).append(p.pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in kids.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+# --- per-core CPU ---------------------------------------------------------------
+
+def read_cpu_times(proc: str = "/proc") -> dict:
+    """cpu number -> jiffies (user, nice, system, idle, iowait, irq, softirq, steal)."""
+    out = {}
+    with open(f"{proc}/stat") as f:
+        for line in f:
+            if not line.startswith("cpu"):
+                break
+            name, *values = line.split()
+            if name == "cpu":
+                continue
+            out[int(name[3:])] = tuple(int(v) for v in values[:8]) + (0,) * (8 - len(values[:8]))
+    return out
+
+
+class CpuSampler:
+    """Busy ratios per core over the last interval, and seconds each core spent saturated.
+
+    /proc/stat is host-wide even inside a container: this is the per-core view
+    that finds one core at 100 % system time while the machine average looks fine.
+    """
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self.ratios: dict = {}        # cpu -> {mode: ratio, "busy": ratio}
+        self.saturated: dict = {}     # cpu -> seconds at >= SATURATED
+        self._prev = read_cpu_times(proc)
+        self.available = bool(self._prev)
+
+    def sample(self) -> None:
+        cur = read_cpu_times(self.proc)
+        ratios = {}
+        for cpu, now in cur.items():
+            before = self._prev.get(cpu)
+            if before is None:
+                continue
+            d = [max(0, a - b) for a, b in zip(now, before)]
+            total = sum(d)
+            if total <= 0:
+                continue
+            user, nice, system, idle, iowait, irq, softirq, steal = d
+            busy = (total - idle - iowait) / total
+            ratios[cpu] = {"user": (user + nice) / total, "system": system / total, "irq": irq / total,
+                           "softirq": softirq / total, "steal": steal / total, "busy": busy}
+            self.saturated.setdefault(cpu, 0.0)
+            if busy >= SATURATED:
+                self.saturated[cpu] += total / CLK_TCK
+        self._prev = cur
+        self.ratios = ratios
+
+
+# --- cgroups --------------------------------------------------------------------
+
+def proc_cgroups(proc: str = "/proc") -> dict:
+    """controller -> num_cgroups from /proc/cgroups (host-wide; on recent kernels v1 controllers only)."""
+    out = {}
+    try:
+        with open(f"{proc}/cgroups") as f:
+            for line in f:
+                if line.startswith("#"):
+                    continue
+                parts = line.split()
+                if len(parts) >= 4 and parts[2].isdigit():
+                    out[parts[0]] = int(parts[2])
+    except OSError:
+        pass
+    return out
+
+
+class Mount(NamedTuple):
+    root: str          # path inside the cgroup filesystem that is mounted
+    point: str         # where it is mounted
+    version: int       # 1 or 2
+    options: frozenset
+
+
+def cgroup_mounts(proc: str = "/proc") -> list:
+    mounts = []
+    try:
+        with open(f"{proc}/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields, rfields = left.split(), right.split()
+                if len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
+                    continue
+                opts = frozenset(rfields[2].split(","))
+                mounts.append(Mount(fields[3], fields[4], 2 if rfields[0] == "cgroup2" else 1, opts))
+    except OSError:
+        pass
+    return mounts
+
+
+def own_cgroups(proc: str = "/proc") -> dict:
+    """controller -> path of this process's cgroup ("" for the v2 hierarchy)."""
+    out = {}
+    try:
+        with open(f"{proc}/self/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                for c in ctrls.split(",") if ctrls else [""]:
+                    out[c] = path
+    except OSError:
+        pass
+    return out
+
+
+def _cgroup_dir(mount: Mount, path: str) -> str:
+    if mount.root != "/" and (path == mount.root or path.startswith(mount.root + "/")):
+        path = path[len(mount.root):]
+    return os.path.join(mount.point, path.lstrip("/"))
+
+
+def _find_controller(controller: str, proc: str = "/proc") -> Optional[str]:
+    """Directory of this process's cgroup for controller (v1 first, then v2)."""
+    mounts, own = cgroup_mounts(proc), own_cgroups(proc)
+    for m in mounts:
+        if m.version == 1 and controller in m.options and controller in own:
+            return _cgroup_dir(m, own[controller])
+    for m in mounts:
+        if m.version == 2 and "" in own:
+            try:
+                with open(os.path.join(m.point, "cgroup.controllers")) as f:
+                    if controller in f.read().split():
+                        return _cgroup_dir(m, own[""])
+            except OSError:
+                continue
+    return None
+
+
+def _read_int(path: str) -> Optional[float]:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return float("inf") if text == "max" else float(text)
+
+
+class Pids(NamedTuple):
+    current: float
+    max: float        # inf when no limit
+
+
+def cgroup_pids(proc: str = "/proc") -> Optional[Pids]:
+    """pids.current of reaper's cgroup and the tightest pids.max on the way up; None if unreadable."""
+    where = _find_controller("pids", proc)
+    if where is None:
+        return None
+    current = _read_int(os.path.join(where, "pids.current"))
+    if current is None:
+        return None
+    limit, d = float("inf"), where
+    while True:
+        value = _read_int(os.path.join(d, "pids.max"))
+        if value is None:           # the top of what is visible
+            break
+        limit = min(limit, value)
+        parent = os.path.dirname(d)
+        if parent == d:
+            break
+        d = parent
+    return Pids(current, limit)
+
+
+def visible_memory_cgroups(proc: str = "/proc") -> Optional[int]:
+    """Memory cgroups that exist as directories in the visible hierarchy (live ones).
+
+    Inside a container with its own cgroup namespace this is only its subtree;
+    with the host hierarchy visible it is the node's live count.
+    """
+    for m in cgroup_mounts(proc):
+        if (m.version == 1 and "memory" in m.options) or m.version == 2:
+            if m.version == 2:
+                try:
+                    with open(os.path.join(m.point, "cgroup.controllers")) as f:
+                        if "memory" not in f.read().split():
+                            continue
+                except OSError:
+                    continue
+            n = 0
+            for _, dirs, _ in os.walk(m.point):
+                n += 1
+                if n >= MAX_CGROUP_DIRS:
+                    break
+            return n
+    return None
+
+
+class NodeSample(NamedTuple):
+    at: float
+    cgroups: dict                    # controller -> num_cgroups (/proc/cgroups)
+    memory_visible: Optional[int]
+    pids: Optional[Pids]
+
+
+def sample_cgroups(proc: str = "/proc") -> NodeSample:
+    return NodeSample(time.monotonic(), proc_cgroups(proc), visible_memory_cgroups(proc), cgroup_pids(proc))

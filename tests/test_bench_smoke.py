@@ -1,0 +1,43 @@
+"""bench/bench_core.py runs end to end and prints its table (no timing assertions:
+speed is the benchmark's business, docs/benchmarks.md records it)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REAPER
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_core.py"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("gcc"),
+                                reason="the benchmark needs root (PID namespaces) and gcc")
+
+
+def test_quick_run_prints_every_row(tmp_path):
+    out_json = tmp_path / "results.json"
+    # Reaper only and a small storm: proves the script and its helper work, in a few seconds.
+    r = subprocess.run([sys.executable, str(BENCH), "--quick", "--no-tini", "--orphans", "300",
+                        "--reaper", REAPER, "--json", str(out_json)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "note (reaper)" not in r.stdout, r.stdout     # every measurement was taken
+    for metric in ("child runs, median", "reap rate", "drain: SIGTERM handlers that ran",
+                   "signal forwarding latency p50", "RSS as PID 1", "idle context switches"):
+        assert metric in r.stdout, r.stdout
+    results = json.loads(out_json.read_text())["reaper"]
+    assert results["storm_n"] == 300
+    assert results["drain_handled"] == results["drain_handlers"]    # reaper drains: every handler ran
+    assert results["rss_mb"] > 0 and results["sig_p50"] > 0 and results["child_p50"] > 0
+
+
+def test_refuses_a_missing_reaper(tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH), "--quick", "--reaper", str(tmp_path / "nope")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "reaper not found" in r.stderr

@@ -1,0 +1,119 @@
+"""Point 1: exit status, and bad input: one line on stderr, conventional status, no traceback."""
+import os
+import stat
+
+import pytest
+
+from conftest import REAPER, run_reaper
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 255])
+def test_exit_code_is_the_childs(code):
+    assert run_reaper(["--", "sh", "-c", f"exit {code}"]).proc.returncode == code
+
+
+@pytest.mark.parametrize("sig", [9, 15, 11, 2])
+def test_killed_by_signal_n_gives_128_plus_n(sig):
+    r = run_reaper(["sh", "-c", f"kill -{sig} $$"])
+    assert r.proc.returncode == 128 + sig
+
+
+def _one_error_line(r):
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    return lines[0]
+
+
+def test_command_not_found_is_127():
+    r = run_reaper(["--", "no-such-command-xyz", "arg"])
+    assert r.proc.returncode == 127
+    line = _one_error_line(r)
+    assert "no-such-command-xyz" in line and "No such file or directory" in line
+
+
+def test_not_executable_is_126(tmp_path):
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    r = run_reaper(["--", str(script)])
+    assert r.proc.returncode == 126
+    line = _one_error_line(r)
+    assert str(script) in line and "Permission denied" in line
+
+
+def test_directory_is_126(tmp_path):
+    r = run_reaper(["--", str(tmp_path)])
+    assert r.proc.returncode == 126
+    _one_error_line(r)
+
+
+BAD_USAGE = [
+    (["--no-such-flag", "true"], "--no-such-flag"),
+    (["-x", "true"], "-x"),
+    ([], "no command"),
+    (["--"], "no command"),
+    (["-p", "NOTASIGNAL", "true"], "NOTASIGNAL"),
+    (["-p", "99", "true"], "99"),
+    (["-r", "TERM", "true"], "FROM:TO"),
+    (["-r", "TERM:BOGUS", "true"], "BOGUS"),
+    (["-e", "256", "true"], "256"),
+    (["-e", "abc", "true"], "abc"),
+    (["--grace", "-1", "true"], "--grace"),
+    (["--grace", "soon", "true"], "--grace"),
+    (["--grace"], "requires argument"),
+]
+
+
+@pytest.mark.parametrize("args,needle", BAD_USAGE)
+def test_usage_errors_are_one_line_and_exit_2(args, needle, tmp_path):
+    marker = tmp_path / "ran"
+    if args and args[-1] == "true":           # the command that must never start
+        args = args[:-1] + ["touch", str(marker)]
+    r = run_reaper(args, pid1=False)
+    assert r.proc.returncode == 2
+    line = _one_error_line(r)
+    assert needle in line
+    assert "--help" in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("var,value", [
+    ("REAPER_GRACE", "abc"),
+    ("REAPER_PROCESS_GROUP", "maybe"),
+    ("REAPER_VERBOSITY", "loud"),
+    ("REAPER_REMAP_EXIT", "143,999"),
+    ("REAPER_REWRITE", "TERM:NOPE"),
+    ("REAPER_PDEATH_SIGNAL", "SIGFOO"),
+])
+def test_bad_environment_is_a_usage_error(var, value, tmp_path):
+    marker = tmp_path / "ran"
+    r = run_reaper(["touch", str(marker)], pid1=False, env={var: value})
+    assert r.proc.returncode == 2
+    assert var in _one_error_line(r)
+    assert not marker.exists(), "the child must not start on bad input"
+
+
+def test_help_and_version():
+    r = run_reaper(["--help"], pid1=False)
+    assert r.proc.returncode == 0 and r.stdout.startswith("usage: reaper")
+    for flag in ("--subreaper", "--process-group", "--remap-exit", "--pdeath-signal", "--warn-on-reap",
+                 "--rewrite", "--single-child", "--grace", "REAPER_GRACE"):
+        assert flag in r.stdout
+    r = run_reaper(["-h"], pid1=False)
+    assert r.proc.returncode == 0 and "usage:" in r.stdout
+    r = run_reaper(["--version"], pid1=False)
+    assert r.proc.returncode == 0 and r.stdout.startswith("reaper ")
+
+
+def test_options_stop_at_first_non_option():
+    # tini needs `--` here; reaper, like dumb-init, does not.
+    r = run_reaper(["sh", "-c", "exit 4"])
+    assert r.proc.returncode == 4
+
+
+def test_remap_exit():
+    assert run_reaper(["-e", "143", "--", "sh", "-c", "kill $$"]).proc.returncode == 0
+    assert run_reaper(["-e", "143", "-e", "3", "--", "sh", "-c", "exit 3"]).proc.returncode == 0
+    assert run_reaper(["-e", "143", "--", "sh", "-c", "exit 3"]).proc.returncode == 3
+    assert run_reaper(["sh", "-c", "exit 3"], env={"REAPER_REMAP_EXIT": "3,143"}).proc.returncode == 0

@@ -1,0 +1,262 @@
+"""Point 3: signal forwarding, the early-signal race, rewrite, pdeath, mask inheritance, tty."""
+import concurrent.futures
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PYTHON, REAPER, Reaper, children_of, proc_status, py, run_reaper, summary, wait_for
+
+RTMAX = signal.SIGRTMAX
+# Everything a process can catch, less SIGCHLD (never forwarded), the job-control input/output
+# signals (ignored), and glibc's two reserved real-time signals (32, 33).
+FORWARDED = sorted(set(range(1, RTMAX + 1)) - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD,
+                                               signal.SIGTTIN, signal.SIGTTOU, 32, 33})
+
+# A child that blocks every signal and prints each one it receives.
+ECHO = py(f"""
+import signal, sys
+sigs = set(range(1, {RTMAX} + 1)) - {{9, 19, 32, 33}}
+signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+print("ready", flush=True)
+while True:
+    info = signal.sigwaitinfo(sigs)
+    print(info.si_signo, info.si_pid, flush=True)
+    if info.si_signo == signal.SIGTERM:
+        sys.exit(0)
+""")
+
+
+@pytest.mark.parametrize("mode", [[], ["-g"]], ids=["child", "group"])
+def test_every_catchable_signal_is_forwarded(reaper, mode):
+    r = reaper([*mode, "--", *ECHO])
+    assert r.readline() == "ready"
+    for sig in FORWARDED:
+        if sig == signal.SIGTERM:
+            continue
+        r.send(sig)
+        got, sender = r.readline().split()
+        assert int(got) == sig
+        assert int(sender) == 1, "forwarded by reaper (PID 1 of the namespace)"
+    r.send(signal.SIGTERM)
+    assert r.readline().split()[0] == str(int(signal.SIGTERM))
+    assert r.wait() == 0
+    s = summary(r.stderr)
+    assert s["signals_forwarded"] == len(FORWARDED)
+
+
+def test_sigchld_ttin_ttou_are_not_forwarded(reaper):
+    r = reaper(["--", *ECHO])
+    assert r.readline() == "ready"
+    for sig in (signal.SIGCHLD, signal.SIGTTIN, signal.SIGTTOU):
+        r.send(sig)
+    r.send(signal.SIGUSR1)            # a marker: everything before it was handled
+    assert r.readline().split()[0] == str(int(signal.SIGUSR1))
+    r.send(signal.SIGTERM)
+    assert r.readline().split()[0] == str(int(signal.SIGTERM))
+    assert r.wait() == 0                # reaper was never stopped by TTIN/TTOU
+    assert summary(r.stderr)["signals_forwarded"] == 2
+
+
+def test_fault_signals_from_the_kernel_are_not_forwarded_but_sent_ones_are(reaper):
+    # Sent with kill (SI_USER): forwarded, covered above. Queued (SI_QUEUE): forwarded too.
+    r = reaper(["--", *ECHO])
+    assert r.readline() == "ready"
+    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT):
+        subprocess.run([PYTHON, "-c", f"import signal; signal.sigqueue({r.pid}, {int(sig)}, 0)"
+                        if hasattr(signal, "sigqueue") else f"import os; os.kill({r.pid}, {int(sig)})"],
+                       check=True)
+        assert r.readline().split()[0] == str(int(sig))
+    r.send(signal.SIGTERM)
+    r.readline()
+    assert r.wait() == 0
+
+
+def test_sigtstp_stops_the_child_and_reaper_keeps_running(reaper):
+    r = reaper(["--", "sleep", "30"])
+    child = r.main_child()
+    wait_for(lambda: proc_status(child)["Name"] == "sleep", what="child exec")
+    r.send(signal.SIGTSTP)
+    wait_for(lambda: proc_status(child)["State"].startswith("T"), what="child stopped")
+    assert not proc_status(r.pid)["State"].startswith("T")
+    r.send(signal.SIGCONT)
+    wait_for(lambda: not proc_status(child)["State"].startswith("T"), what="child continued")
+    r.send(signal.SIGTERM)
+    assert r.wait() == 143
+
+
+def _race_trial(args):
+    r = Reaper(args)
+    try:
+        r.wait_ready(10)
+        os.kill(r.pid, signal.SIGTERM)   # as soon as reaper can hold it
+        return r.wait(20)
+    finally:
+        r.kill()
+
+
+@pytest.mark.parametrize("mode", [[], ["-g"]], ids=["child", "group"])
+def test_signal_right_after_start_is_never_lost(mode):
+    trials = 200
+    args = [*mode, "--", "sleep", "60"]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        codes = list(pool.map(_race_trial, [args] * trials))
+    lost = [c for c in codes if c != 143]
+    assert not lost, f"{len(lost)}/{trials} lost or wrong: {lost[:5]}"
+
+
+def test_rewrite_and_drop(reaper):
+    r = reaper(["-r", "TERM:USR1", "-r", "HUP:0", "--", *ECHO])
+    assert r.readline() == "ready"
+    r.send(signal.SIGHUP)             # dropped
+    r.send(signal.SIGTERM)            # arrives as USR1
+    assert r.readline().split()[0] == str(int(signal.SIGUSR1))
+    r.send(signal.SIGUSR2)
+    assert r.readline().split()[0] == str(int(signal.SIGUSR2))
+    r.send(signal.SIGINT)
+    assert r.readline().split()[0] == str(int(signal.SIGINT))
+
+
+def test_group_mode_reaches_the_whole_group_and_child_mode_only_the_child(reaper, tmp_path):
+    for mode, expect_bg in (([], False), (["-g"], True)):
+        log = tmp_path / f"log{len(mode)}"
+        child = py(f"""
+import os, signal, sys, time
+log = {str(log)!r}
+def note(who):
+    def h(*_):
+        with open(log, "a") as f: f.write(who + "\\n")
+        os._exit(0)
+    return h
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGUSR1, note("bg"))
+    print("bg-ready", flush=True)
+    time.sleep(30); os._exit(1)
+signal.signal(signal.SIGUSR1, note("main"))
+time.sleep(30)
+""")
+        r = reaper([*mode, "--", *child])
+        assert r.readline() == "bg-ready"
+        r.send(signal.SIGUSR1)
+        wait_for(lambda: log.exists() and "main" in log.read_text(), what="main got USR1")
+        r.wait()
+        # Without -g the helper in the child's group never sees USR1 (the drain ends it with TERM).
+        assert sorted(log.read_text().split()) == (["bg", "main"] if expect_bg else ["main"])
+
+
+def test_sigterm_goes_to_the_main_child_only(reaper, tmp_path):
+    log = tmp_path / "log"
+    child = py(f"""
+import os, signal, time
+log = {str(log)!r}
+def note(who, code):
+    def h(*_):
+        with open(log, "a") as f: f.write(who + "\\n")
+        os._exit(code)
+    return h
+if os.fork() == 0:               # same process group as the main child
+    signal.signal(signal.SIGTERM, note("helper", 0))
+    print("ready", flush=True)
+    time.sleep(30); os._exit(1)
+signal.signal(signal.SIGTERM, note("main", 0))
+time.sleep(30)
+""")
+    r = reaper(["--", *child])
+    assert r.readline() == "ready"
+    r.send(signal.SIGTERM)
+    assert r.wait() == 0
+    # The helper got SIGTERM only from the drain, after the main child had exited.
+    assert log.read_text().split() == ["main", "helper"]
+
+
+def test_pdeath_signal_is_forwarded_when_reapers_parent_dies(tmp_path):
+    marker = tmp_path / "got"
+    child = py(f"""
+import signal, sys, time
+def h(*_):
+    open({str(marker)!r}, "w").write("usr1"); sys.exit(0)
+signal.signal(signal.SIGUSR1, h)
+open({str(marker)!r} + ".ready", "w").close()
+time.sleep(30)
+""")
+    # An intermediate parent starts reaper, waits until the child runs, then exits.
+    parent = py(f"""
+import os, subprocess, sys, time
+p = subprocess.Popen([{REAPER!r}, "-p", "USR1", "--", *{child!r}])
+deadline = time.monotonic() + 10
+while not os.path.exists({str(marker)!r} + ".ready") and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(p.pid, flush=True)
+os._exit(0)
+""")
+    out = subprocess.run(parent, capture_output=True, text=True, timeout=30)
+    reaper_pid = int(out.stdout.split()[0])
+    wait_for(lambda: marker.exists() and marker.read_text() == "usr1", 10, what="child got USR1")
+    wait_for(lambda: not os.path.exists(f"/proc/{reaper_pid}") or
+             proc_status(reaper_pid)["State"].startswith("Z"), 10, what="reaper exited")
+
+
+def test_child_gets_the_invokers_mask_and_ignored_signals(tmp_path):
+    blocked = {signal.SIGUSR2, signal.SIGRTMIN + 3}
+    ignored = {signal.SIGHUP, signal.SIGUSR1}
+
+    def invoker():
+        for s in ignored:
+            signal.signal(s, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+
+    def mask(bits):
+        return {n for n in range(1, 65) if int(bits, 16) >> (n - 1) & 1}
+
+    for pid1 in (True, False):
+        r = Reaper(["--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"], pid1=pid1, preexec_fn=invoker)
+        assert r.wait() == 0
+        fields = dict(l.split(":\t") for l in r.stdout.strip().splitlines())
+        assert mask(fields["SigBlk"]) == {int(s) for s in blocked}
+        # Exactly the invoker's: CPython's own SIG_IGN for PIPE/XFSZ and its SIGINT handler are undone.
+        assert mask(fields["SigIgn"]) == {int(s) for s in ignored}
+
+
+def test_child_gets_default_signals_when_the_invoker_set_none():
+    r = run_reaper(["--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"])
+    fields = dict(l.split(":\t") for l in r.stdout.strip().splitlines())
+    assert int(fields["SigBlk"], 16) == 0 and int(fields["SigIgn"], 16) == 0
+
+
+def test_child_takes_the_terminal_foreground(tmp_path):
+    master, slave = pty.openpty()
+    probe = py("""
+import os, sys
+print("fg", os.tcgetpgrp(0) == os.getpgrp(), flush=True)
+line = sys.stdin.readline()          # would stop with SIGTTIN if not in the foreground
+print("read", line.strip(), flush=True)
+""")
+
+    def take_tty():
+        os.setsid()
+        import fcntl, termios
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    p = subprocess.Popen([REAPER, "--", *probe], stdin=slave, stdout=slave, stderr=subprocess.PIPE,
+                         preexec_fn=take_tty)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 10
+    while b"fg" not in out and time.monotonic() < deadline:
+        import select
+        if select.select([master], [], [], 0.5)[0]:
+            out += os.read(master, 1024)
+    assert b"fg True" in out
+    os.write(master, b"hello\n")
+    while b"read hello" not in out and time.monotonic() < deadline:
+        import select
+        if select.select([master], [], [], 0.5)[0]:
+            out += os.read(master, 1024)
+    assert b"read hello" in out
+    assert p.wait(10) == 0
+    os.close(master)
