@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-REAPER = shutil.which("reaper") or str(Path(sys.executable).with_name("reaper"))
+# The console script next to this interpreter (a pyenv shim on PATH would add a bash hop).
+REAPER = str(Path(sys.executable).with_name("reaper")) if Path(sys.executable).with_name("reaper").exists() \
+    else shutil.which("reaper")
 PYTHON = sys.executable
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
@@ -59,6 +61,16 @@ def proc_status(pid: int) -> dict:
             k, _, v = line.partition(":")
             out[k] = v.strip()
     return out
+
+
+def shared_tmpdir(tmp_path: Path) -> Path:
+    """A directory another uid can write to (pytest's own tmp tree is private to root)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="reaper-test-", dir="/tmp"))
+    d.chmod(0o777)
+    (tmp_path / "shared-dir").write_text(str(d))   # for the record when a test fails
+    return d
 
 
 def free_port() -> int:
@@ -133,9 +145,9 @@ class Reaper:
     def send(self, sig: int) -> None:
         os.kill(self.pid, sig)
 
-    def wait(self, timeout=30.0) -> int:
+    def wait(self, timeout=30.0, input=None) -> int:
         try:
-            self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
+            self.stdout, self.stderr = self.proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f"reaper did not exit within {timeout}s")
@@ -145,9 +157,21 @@ class Reaper:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            # unshare --kill-child takes the namespace down with it.
-            self.proc.send_signal(signal.SIGKILL)
-            self.stdout, self.stderr = (x.decode(errors="replace") for x in self.proc.communicate())
+            if not self.pid1:
+                # Not in a namespace of its own: let reaper drain its tree, then insist.
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            # In a namespace, unshare --kill-child takes everything down with it.
+            self.proc.kill()
+            try:
+                out, err = self.proc.communicate(timeout=10)
+                self.stdout, self.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+            except subprocess.TimeoutExpired:   # a survivor holds the pipes: don't wait for it
+                self.proc.stdout.close()
+                self.proc.stderr.close()
 
 
 @pytest.fixture
