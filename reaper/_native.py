@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 from reaper._core import ffi, lib
 
@@ -11,17 +10,26 @@ EV_EXIT = lib.REAPER_EV_EXIT
 BATCH = 512
 
 
-class Event(NamedTuple):
-    kind: int        # EV_SIGNAL or EV_EXIT
-    pid: int         # sender (signal) or reaped pid (exit)
-    signo: int       # signal number, signal events only
-    code: int        # si_code (signal) or wait status (exit)
-    uid: int         # sender uid, signal events only
-    utime: float     # seconds of user CPU of a reaped child
-    stime: float
-    maxrss_kb: int
-    woke_ns: int     # CLOCK_MONOTONIC at the wake-up that found this event
-    at_ns: int       # CLOCK_MONOTONIC when it was taken
+class Event:
+    """One signal received or one child reaped. (A plain class: typing's NamedTuple
+    would cost milliseconds of import time before the child's exec.)"""
+
+    __slots__ = ("kind", "pid", "signo", "code", "uid", "utime", "stime", "maxrss_kb", "woke_ns", "at_ns")
+
+    def __init__(self, kind, pid, signo, code, uid, utime, stime, maxrss_kb, woke_ns, at_ns):
+        self.kind = kind            # EV_SIGNAL or EV_EXIT
+        self.pid = pid              # sender (signal) or reaped pid (exit)
+        self.signo = signo          # signal number, signal events only
+        self.code = code            # si_code (signal) or wait status (exit)
+        self.uid = uid              # sender uid, signal events only
+        self.utime = utime          # seconds of user CPU of a reaped child
+        self.stime = stime
+        self.maxrss_kb = maxrss_kb
+        self.woke_ns = woke_ns      # CLOCK_MONOTONIC at the wake-up that found this event
+        self.at_ns = at_ns          # CLOCK_MONOTONIC when it was taken
+
+    def __repr__(self) -> str:
+        return "Event(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
 def _check(rc: int) -> int:

@@ -6,6 +6,7 @@ imported after the child runs.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -71,15 +72,14 @@ def _is_open(fd: int) -> bool:
 
 def _run(cfg, sfd: int, inherited: list) -> int:
     from reaper.log import Log
-    from reaper.stats import Stats
 
     log = Log(cfg.verbosity)
-    stats = Stats()
-
-    exporter = None
+    stats = exporter = None
     if cfg.metrics_enabled:
         from reaper import metrics
+        from reaper.stats import Stats
 
+        stats = Stats()
         try:
             exporter = metrics.prepare(cfg, stats, log)   # binds the port: fails here, not later
         except metrics.SetupError as e:
@@ -98,14 +98,17 @@ def _run(cfg, sfd: int, inherited: list) -> int:
     pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0))
     if exec_errno:
         log.error(f"cannot run {cfg.command[0]!r}: {os.strerror(exec_errno)}")
-        stats.main_state = "exec_failed"
-        return 127 if exec_errno in (2, 20) else 126    # ENOENT, ENOTDIR
+        return 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
+
+    # The child runs: now the things that may take time.
+    if stats is None:
+        from reaper.stats import Stats
+
+        stats = Stats()
     stats.main_pid = pid
     stats.main_state = "running"
     stats.main_command = os.path.basename(cfg.command[0])
     log.debug(f"started main child {pid}: {' '.join(cfg.command)}")
-
-    # The child runs: now the things that may take time.
     _after_spawn(cfg, inherited)
     from reaper.supervisor import Supervisor
 

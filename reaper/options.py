@@ -1,17 +1,13 @@
 """Command-line options and REAPER_* environment variables, from one table.
 
-Parsing uses getopt (POSIX mode: it stops at the first non-option, so
-``reaper sh -c 'x'`` works) because it is small and cheap to import: nothing
-here may slow the path from start to the child's exec.
+Parsing stops at the first non-option (POSIX, like dumb-init), so
+``reaper sh -c 'x'`` works. The scanner is a few lines of our own rather than
+getopt or argparse: both import gettext and re, milliseconds on the path from
+start to the child's exec, which nothing may slow.
 """
 from __future__ import annotations
 
-import getopt
 import os
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
-
-from reaper import signals
 
 DEFAULT_METRICS_PORT = 9259
 BUDGET_ACTIONS = ("observe", "nice", "throttle", "terminate")
@@ -21,37 +17,46 @@ class UsageError(Exception):
     """Bad input: one line on stderr and exit status 2, before the child starts."""
 
 
-@dataclass
 class Config:
-    command: list = field(default_factory=list)
+    """Everything reaper was asked to do. A plain class, not a dataclass: importing
+    dataclasses costs milliseconds on the path to the child's exec."""
+
     # core
-    subreaper: bool = False
-    process_group: bool = False
-    single_child: bool = False
-    remap_exit: frozenset = frozenset()
-    pdeath_signal: int = 0
-    warn_on_reap: bool = False
-    verbosity: int = 2                 # 0 error, 1 warn, 2 info (default), 3 debug
-    rewrite: dict = field(default_factory=dict)
-    grace: float = 5.0
+    subreaper = False
+    process_group = False
+    single_child = False
+    remap_exit = frozenset()
+    pdeath_signal = 0
+    warn_on_reap = False
+    verbosity = 2                 # 0 error, 1 warn, 2 info (default), 3 debug
+    grace = 5.0
     # CPU budgets for strays
-    cpu_budget: Optional[float] = None
-    cpu_budget_total: Optional[float] = None
-    budget_window: float = 10.0
-    budget_grace: float = 30.0
-    budget_action: str = "nice"
-    budget_kill_after: float = 60.0
-    budget_interval: float = 1.0
-    stray_match: list = field(default_factory=list)
-    protect: list = field(default_factory=list)
-    ray_aware: bool = True
-    stray_cpus: Optional[str] = None
+    cpu_budget = None
+    cpu_budget_total = None
+    budget_window = 10.0
+    budget_grace = 30.0
+    budget_action = "nice"
+    budget_kill_after = 60.0
+    budget_interval = 1.0
+    ray_aware = True
+    stray_cpus = None
     # statistics
-    metrics_port: Optional[int] = None
-    metrics_address: str = "0.0.0.0"
-    metrics_file: Optional[str] = None
-    metrics_interval: float = 10.0
-    summary_file: Optional[str] = None
+    metrics_port = None
+    metrics_address = "0.0.0.0"
+    metrics_file = None
+    metrics_interval = 10.0
+    summary_file = None
+
+    def __init__(self) -> None:
+        self.command: list = []
+        self.rewrite: dict = {}
+        self.stray_match: list = []
+        self.protect: list = []
+
+    def __repr__(self) -> str:
+        fields = {k: getattr(self, k) for k in dir(self) if not k.startswith("_") and
+                  not callable(getattr(self, k)) and k not in ("budgets_enabled", "metrics_enabled")}
+        return f"Config({fields})"
 
     @property
     def budgets_enabled(self) -> bool:
@@ -84,7 +89,15 @@ def _exit_code(text: str) -> int:
     return int(text)
 
 
+def _signal(text: str) -> int:
+    from reaper import signals     # imports the signal module (and enum): only when asked
+
+    return signals.parse(text)
+
+
 def _rewrite(text: str) -> tuple:
+    from reaper import signals
+
     src, sep, dst = text.partition(":")
     if not sep:
         raise ValueError(f"rewrite must be FROM:TO, not {text!r}")
@@ -137,17 +150,21 @@ def _cpus(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
 class Option:
-    long: str
-    short: str            # "" when there is none
-    dest: str
-    kind: str             # flag | count | value | list | off
-    help: str
-    metavar: str = ""
-    parse: Callable[[str], Any] = str
-    env: tuple = ()       # environment variables, first match wins
-    section: str = "core"
+    """One option: its flags, the Config field it sets, how, and its variables."""
+
+    __slots__ = ("long", "short", "dest", "kind", "help", "metavar", "parse", "env", "section")
+
+    def __init__(self, long, short, dest, kind, help, metavar="", parse=str, env=(), section="core"):
+        self.long = long          # --long
+        self.short = short        # -s, or "" when there is none
+        self.dest = dest          # Config attribute
+        self.kind = kind          # flag | count | value | list | off
+        self.help = help
+        self.metavar = metavar    # "" for options that take no value
+        self.parse = parse        # str -> value; raises ValueError
+        self.env = env            # environment variables, first match wins
+        self.section = section
 
 
 OPTIONS = (
@@ -161,7 +178,7 @@ OPTIONS = (
     Option("remap-exit", "e", "remap_exit", "list", "child exit status N becomes 0 (repeatable, e.g. 143)",
            "N", _exit_code, env=("REAPER_REMAP_EXIT",)),
     Option("pdeath-signal", "p", "pdeath_signal", "value", "signal reaper gets when its parent dies",
-           "SIG", signals.parse, env=("REAPER_PDEATH_SIGNAL",)),
+           "SIG", _signal, env=("REAPER_PDEATH_SIGNAL",)),
     Option("warn-on-reap", "w", "warn_on_reap", "flag", "log a warning for every orphan reaped",
            env=("REAPER_WARN_ON_REAP",)),
     Option("verbose", "v", "verbosity", "count", "more log output: debug (0 error, 1 warn, 2 info is the default)",
@@ -225,7 +242,7 @@ def _env_flag(var: str, value: str) -> bool:
     raise UsageError(f"{var}={value!r}: expected 1/0, true/false, yes/no or on/off")
 
 
-def _apply(cfg: Config, opt: Option, raw: Optional[str], origin: str) -> None:
+def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
     if opt.kind in ("flag", "off"):
         on = True if raw is None else _env_flag(origin, raw)
         setattr(cfg, opt.dest, on if opt.kind == "flag" else not on)
@@ -261,26 +278,14 @@ def _finish(cfg: Config) -> Config:
     return cfg
 
 
-def parse(argv: list, environ: Optional[dict] = None) -> Config:
+def parse(argv: list, environ: "dict | None" = None) -> Config:
     """Parse reaper's own arguments. Raises UsageError; returns a Config whose
     .command is empty only for --help/--version (handled by the caller)."""
     environ = os.environ if environ is None else environ
     cfg = Config()
-    shorts = "".join(o.short + ("" if o.kind in ("flag", "count", "off") else ":") for o in OPTIONS if o.short)
-    longs = [o.long + ("" if o.kind in ("flag", "count", "off") or o.metavar == "" else "=") for o in OPTIONS]
-    try:
-        # getopt.getopt (unlike gnu_getopt) stops at the first non-option.
-        opts, rest = getopt.getopt(argv, "hV" + shorts, longs + ["help", "version"])
-    except getopt.GetoptError as e:
-        raise UsageError(str(e)) from None
-
+    opts, rest = _scan(argv)
     given = {}
-    for flag, value in opts:
-        if flag in ("-h", "--help"):
-            raise HelpRequested()
-        if flag in ("-V", "--version"):
-            raise VersionRequested()
-        opt = next(o for o in OPTIONS if flag in ("--" + o.long, "-" + o.short))
+    for opt, flag, value in opts:
         given.setdefault(opt.dest, []).append((opt, value, flag))
 
     # Environment first, then flags override it.
@@ -297,12 +302,71 @@ def parse(argv: list, environ: Optional[dict] = None) -> Config:
         for opt, value, flag in uses:
             _apply(cfg, opt, None if opt.kind in ("flag", "count", "off") else value, flag)
 
-    if rest and rest[0] == "--":
-        rest = rest[1:]
     if not rest:
         raise UsageError("no command given")
     cfg.command = rest
     return _finish(cfg)
+
+
+def _takes_value(opt: Option) -> bool:
+    return opt.kind in ("value", "list") and opt.metavar != ""
+
+
+_LONG = {"--" + o.long: o for o in OPTIONS}
+_SHORT = {"-" + o.short: o for o in OPTIONS if o.short}
+
+
+def _scan(argv: list) -> tuple:
+    """Splits argv into [(Option, flag, value)] and the command, POSIX style."""
+    found, i = [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return found, argv[i + 1:]
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg.startswith("--"):
+            name, eq, value = arg.partition("=")
+            if name in ("--help", "--version"):
+                raise HelpRequested() if name == "--help" else VersionRequested()
+            opt = _LONG.get(name)
+            if opt is None:
+                raise UsageError(f"unknown option {name}")
+            if not _takes_value(opt):
+                if eq:
+                    raise UsageError(f"option {name} takes no value")
+                found.append((opt, name, None))
+            else:
+                if not eq:
+                    i += 1
+                    if i == len(argv):
+                        raise UsageError(f"option {name} requires an argument")
+                    value = argv[i]
+                found.append((opt, name, value))
+            i += 1
+            continue
+        j = 1                              # a cluster of short flags: -gw, -e143, -e 143
+        while j < len(arg):
+            flag = "-" + arg[j]
+            if flag in ("-h", "-V"):
+                raise HelpRequested() if flag == "-h" else VersionRequested()
+            opt = _SHORT.get(flag)
+            if opt is None:
+                raise UsageError(f"unknown option {flag}")
+            if not _takes_value(opt):
+                found.append((opt, flag, None))
+                j += 1
+                continue
+            value = arg[j + 1:]
+            if not value:
+                i += 1
+                if i == len(argv):
+                    raise UsageError(f"option {flag} requires an argument")
+                value = argv[i]
+            found.append((opt, flag, value))
+            break
+        i += 1
+    return found, argv[i:]
 
 
 class HelpRequested(Exception):

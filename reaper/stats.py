@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from typing import Optional
 
 from reaper import signals
 
@@ -37,17 +36,21 @@ class BudgetStats:
         self.actions = Counter()             # action taken -> count (nice, throttle, terminate, ...)
         self.mechanism = ""                  # throttle mechanism in use: cgroup_v2, cgroup_v1, sigstop
         self.samples = 0
+        # Strays alive at the last sample, busiest first, for `reaper stats`:
+        # dicts {pid, name, cpu_cores (averaged over the window), action (strongest
+        # response applied: none, observe, nice, throttle, terminate, kill), since (epoch s)}.
+        self.stray_list: list = []
 
 
 class Stats:
     def __init__(self) -> None:
         self.start_time = time.time()
-        self.main_pid: Optional[int] = None
+        self.main_pid: "int | None" = None
         self.main_command = ""
         self.main_state = "starting"          # starting, running, exited, exec_failed
-        self.main_status: Optional[int] = None  # raw wait status
-        self.main_exit_code: Optional[int] = None  # N or 128+N, before -e remapping
-        self.exit_status: Optional[int] = None   # reaper's own, after remapping
+        self.main_status: "int | None" = None  # raw wait status
+        self.main_exit_code: "int | None" = None  # N or 128+N, before -e remapping
+        self.exit_status: "int | None" = None   # reaper's own, after remapping
         self.phase = "running"                # running, draining, killing, done
         self.reaped = Counter()               # (kind, outcome) -> count; kind main|orphan|supervised
         self.reaped_cpu_seconds = 0.0         # user+system of everything reaped
@@ -57,7 +60,7 @@ class Stats:
         self.signals_received = Counter()     # signal name -> count
         self.signals_forwarded = Counter()    # signal name (as sent) -> count
         self.drain = Counter()                # terminated, killed, survived
-        self.drain_seconds: Optional[float] = None
+        self.drain_seconds: "float | None" = None
         self.policy_errors = 0                # exceptions caught in policy code
         self.budget = BudgetStats()
 
@@ -71,7 +74,7 @@ class Stats:
         self.latency_sum += latency
         self.latency_count += 1
 
-    def reaped_total(self, kind: Optional[str] = None) -> int:
+    def reaped_total(self, kind: "str | None" = None) -> int:
         return sum(n for (k, _), n in self.reaped.items() if kind is None or k == kind)
 
     def summary(self) -> dict:

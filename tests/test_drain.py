@@ -68,8 +68,9 @@ if pid == 0:
     def on_term(*_):
         open(log, "a").write("term\\n"); os._exit(0)
     signal.signal(signal.SIGTERM, on_term)
+    open(log + ".ready", "w").close()
     time.sleep(30); os._exit(1)
-time.sleep(0.2)
+while not os.path.exists(log + ".ready"): time.sleep(0.005)
 os.kill(pid, signal.SIGSTOP)
 sys.exit(0)
 """)

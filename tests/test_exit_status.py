@@ -49,7 +49,7 @@ def test_directory_is_126(tmp_path):
 
 
 BAD_USAGE = [
-    (["--no-such-flag", "true"], "--no-such-flag"),
+    (["--no-such-flag", "true"], "unknown option --no-such-flag"),
     (["-x", "true"], "-x"),
     ([], "no command"),
     (["--"], "no command"),
@@ -61,7 +61,10 @@ BAD_USAGE = [
     (["-e", "abc", "true"], "abc"),
     (["--grace", "-1", "true"], "--grace"),
     (["--grace", "soon", "true"], "--grace"),
-    (["--grace"], "requires argument"),
+    (["--grace"], "requires an argument"),
+    (["--grace=1", "-e"], "requires an argument"),
+    (["-s=1", "true"], "unknown option -="),
+    (["--subreaper=1", "true"], "takes no value"),
 ]
 
 

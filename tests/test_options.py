@@ -84,3 +84,11 @@ def test_help_mentions_every_option():
     text = options.help_text()
     for opt in OPTIONS:
         assert "--" + opt.long in text and opt.env[0] in text
+
+
+def test_short_clusters_attached_values_and_long_equals():
+    cfg = parse(["-gw", "-e143", "--grace=2", "--rewrite", "TERM:0", "-v", "--", "-x", "--y"], environ={})
+    assert cfg.process_group and cfg.warn_on_reap and cfg.remap_exit == {143} and cfg.grace == 2
+    assert cfg.rewrite == {15: 0} and cfg.verbosity == 3
+    assert cfg.command == ["-x", "--y"]
+    assert parse(["cmd", "-g", "--grace", "1"], environ={}).command == ["cmd", "-g", "--grace", "1"]

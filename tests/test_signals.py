@@ -132,12 +132,12 @@ def note(who):
         with open(log, "a") as f: f.write(who + "\\n")
         os._exit(0)
     return h
+signal.signal(signal.SIGUSR1, note("main"))    # before the fork: no window without it
 pid = os.fork()
 if pid == 0:
     signal.signal(signal.SIGUSR1, note("bg"))
     print("bg-ready", flush=True)
     time.sleep(30); os._exit(1)
-signal.signal(signal.SIGUSR1, note("main"))
 time.sleep(30)
 """)
         r = reaper([*mode, "--", *child])
@@ -159,11 +159,11 @@ def note(who, code):
         with open(log, "a") as f: f.write(who + "\\n")
         os._exit(code)
     return h
+signal.signal(signal.SIGTERM, note("main", 0))   # before the fork: no window without it
 if os.fork() == 0:               # same process group as the main child
     signal.signal(signal.SIGTERM, note("helper", 0))
     print("ready", flush=True)
     time.sleep(30); os._exit(1)
-signal.signal(signal.SIGTERM, note("main", 0))
 time.sleep(30)
 """)
     r = reaper(["--", *child])
