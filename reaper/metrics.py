@@ -8,8 +8,8 @@ still fails before the child starts:
   SetupError line.
 - Exporter.start() (after the spawn): imports prometheus_client, serves HTTP on
   the pre-bound socket from a daemon thread and starts a sampler thread (per-core
-  CPU every second, cgroup counts every CGROUP_INTERVAL, the metrics file every
-  --metrics-interval).
+  CPU every second, visible memory cgroups every CGROUP_INTERVAL, the metrics
+  file every --metrics-interval).
 
 The loop never calls into this module: every value is read from Stats (plain
 counters the loop updates) or from /proc at scrape time by a custom collector.
@@ -23,12 +23,11 @@ import os
 import socket
 import threading
 import time
-from typing import Optional
 
 from reaper import nodestats
 
 SAMPLE_INTERVAL = 1.0       # seconds between per-core CPU samples
-CGROUP_INTERVAL = 10.0      # seconds between cgroup counts (may walk a directory tree)
+CGROUP_INTERVAL = 10.0      # seconds between counts of visible memory cgroups (walks a directory tree)
 SCAN_MAX_AGE = 0.5          # a /proc scan is reused by scrapes within this many seconds
 MAX_CONNECTIONS = 8         # requests served at once; more get 503 at once
 REQUEST_DEADLINE = 5.0      # seconds a client has to send its request head and read the answer
@@ -118,19 +117,19 @@ def _tmp_name(path: str) -> str:
 # --- after the spawn ---------------------------------------------------------------
 
 class Exporter:
-    def __init__(self, cfg, stats, log, sock: Optional[socket.socket], mode: str) -> None:
+    def __init__(self, cfg, stats, log, sock: socket.socket | None, mode: str) -> None:
         self.cfg = cfg
         self.stats = stats
         self.log = log
         self.sock = sock
         self.mode = mode
-        self.cpu: Optional[nodestats.CpuSampler] = None
-        self.node: Optional[nodestats.NodeSample] = None
+        self.cpu: nodestats.CpuSampler | None = None
+        self.memory_visible: int | None = None     # walked by the sampler: may be a big tree
         self.collector = None
         self.file_registry = None
         self._stop = threading.Event()
         self._file_lock = threading.Lock()
-        self._sampler: Optional[threading.Thread] = None
+        self._sampler: threading.Thread | None = None
         self.server = None
         self._file_error = ""
 
@@ -159,22 +158,25 @@ class Exporter:
 
     # The sampler thread: per-core CPU, cgroup counts, the metrics file.
     def _sample_loop(self) -> None:
+        next_cpu = time.monotonic() + SAMPLE_INTERVAL if self.cpu is not None else float("inf")
         next_cgroups = next_file = 0.0
         interval = self.cfg.metrics_interval
         while True:
             now = time.monotonic()
             try:
-                if self.cpu is not None:
+                if self.cpu is not None and now >= next_cpu:
                     self.cpu.sample()
+                    next_cpu = now + SAMPLE_INTERVAL
                 if now >= next_cgroups:
-                    self.node = nodestats.sample_cgroups()
+                    self.memory_visible = nodestats.visible_memory_cgroups()
                     next_cgroups = now + CGROUP_INTERVAL
                 if self.file_registry is not None and now >= next_file:
                     self.write_file()
                     next_file = now + interval
             except Exception as e:   # a thread must not die silently; reaper goes on
                 self.log.error(f"metrics sampler: {e!r}")
-            if self._stop.wait(SAMPLE_INTERVAL):
+            due = [next_cpu, next_cgroups] + ([next_file] if self.file_registry is not None else [])
+            if self._stop.wait(max(0.0, min(due) - time.monotonic())):
                 return
 
     def write_file(self) -> None:
@@ -201,6 +203,7 @@ class Exporter:
     def close(self) -> None:
         self._stop.set()
         if self.file_registry is not None:
+            self.collector.invalidate()     # the final state, not a scan from before the exit
             self.write_file()       # the final numbers, drain included
 
 
@@ -328,6 +331,9 @@ class ReaperCollector:
 
     # --- /proc: zombies and processes in scope ---
 
+    def invalidate(self) -> None:
+        self._scan = None
+
     def scope_view(self) -> dict:
         with self._scan_lock:     # one scan at a time, reused for SCAN_MAX_AGE
             now = time.monotonic()
@@ -360,6 +366,8 @@ class ReaperCollector:
             "live": len(live),
             "main_tree": len([p for p in live if p in main_tree]),
             "outside": len([p for p in live if p not in main_tree]),
+            "cgroups": nodestats.proc_cgroups(),
+            "pids": nodestats.cgroup_pids(),
         }
 
     def _scope_metrics(self, s):
@@ -376,12 +384,15 @@ class ReaperCollector:
             g.add_metric([str(pid), name], n)
         yield g
         g = G("reaper_processes", "Live processes in scope by class (main_tree: the main child and its "
-                                  "descendants; stray: the others, or the budget enforcer's strays)",
-              labels=["class"])
+                                  "descendants; stray: the budget enforcer's strays when budgets are on, "
+                                  "else the live processes outside the main tree; all: every live process "
+                                  "but reaper)", labels=["class"])
         if self.x.mode == "init":
             g.add_metric(["main_tree"], v["main_tree"])
-        strays = getattr(s.budget, "strays", 0) if self._budgets() else v["outside"]
-        g.add_metric(["stray"], strays)
+            g.add_metric(["stray"], getattr(s.budget, "strays", 0) if self._budgets() else v["outside"])
+        elif self._budgets():
+            g.add_metric(["stray"], getattr(s.budget, "strays", 0))
+        g.add_metric(["all"], v["live"])
         yield g
 
     def _budgets(self) -> bool:
@@ -402,6 +413,8 @@ class ReaperCollector:
             yield c
         if not self._budgets():
             return
+        yield C("reaper_budget_samples", "CPU samples the budget enforcer has taken",
+                value=getattr(b, "samples", 0))
         g = G("reaper_budget_info", "CPU budgets are on; mechanism: how throttling is done", labels=["mechanism"])
         g.add_metric([getattr(b, "mechanism", "") or "none"], 1)
         yield g
@@ -458,27 +471,26 @@ class ReaperCollector:
             for n, secs in sorted(dict(cpu.saturated).items()):
                 c.add_metric([str(n)], secs)
             yield c
-        node = self.x.node
-        if node is None:
-            return
+        v = self.scope_view()
+        cgroups, pids = v["cgroups"], v["pids"]
         g = G("reaper_node_cgroups", "Cgroups per controller as /proc/cgroups counts them (host-wide, "
                                      "dying ones included; recent kernels list v1 controllers only)",
               labels=["controller"])
-        for ctrl, n in sorted(node.cgroups.items()):
+        for ctrl, n in sorted(cgroups.items()):
             g.add_metric([ctrl], n)
         yield g
         yield G("reaper_node_memory_cgroups_available", "1 if /proc/cgroups lists the memory controller",
-                value=1 if "memory" in node.cgroups else 0)
-        if node.memory_visible is not None:
+                value=1 if "memory" in cgroups else 0)
+        if self.x.memory_visible is not None:
             yield G("reaper_visible_memory_cgroups", "Memory cgroup directories visible to reaper (live ones; "
                                                      "only its own subtree in a private cgroup namespace)",
-                    value=node.memory_visible)
+                    value=self.x.memory_visible)
         yield G("reaper_cgroup_pids_available", "1 if the pids controller of reaper's cgroup is readable",
-                value=0 if node.pids is None else 1)
-        if node.pids is not None:
-            yield G("reaper_cgroup_pids", "Tasks in reaper's cgroup (pids.current)", value=node.pids.current)
+                value=0 if pids is None else 1)
+        if pids is not None:
+            yield G("reaper_cgroup_pids", "Tasks in reaper's cgroup (pids.current)", value=pids.current)
             yield G("reaper_cgroup_pids_max", "Tightest pids.max from reaper's cgroup up (+Inf: no limit)",
-                    value=node.pids.max)
+                    value=pids.max)
 
 
 # --- HTTP ----------------------------------------------------------------------------
@@ -573,7 +585,7 @@ def _serve(sock: socket.socket, registry, log):
     return server
 
 
-def _read_head(conn: socket.socket) -> Optional[bytes]:
+def _read_head(conn: socket.socket) -> bytes | None:
     """The request line and headers, within REQUEST_DEADLINE in total (a slow-loris
     client that trickles bytes is cut off); None if it never completes."""
     deadline = time.monotonic() + REQUEST_DEADLINE

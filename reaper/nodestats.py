@@ -8,7 +8,6 @@ processes vanishing mid-scan and files that do not exist on this kernel.
 from __future__ import annotations
 
 import os
-import time
 from typing import NamedTuple, Optional
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -264,14 +263,3 @@ def visible_memory_cgroups(proc: str = "/proc") -> Optional[int]:
                     break
             return n
     return None
-
-
-class NodeSample(NamedTuple):
-    at: float
-    cgroups: dict                    # controller -> num_cgroups (/proc/cgroups)
-    memory_visible: Optional[int]
-    pids: Optional[Pids]
-
-
-def sample_cgroups(proc: str = "/proc") -> NodeSample:
-    return NodeSample(time.monotonic(), proc_cgroups(proc), visible_memory_cgroups(proc), cgroup_pids(proc))

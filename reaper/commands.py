@@ -1,0 +1,365 @@
+"""``reaper stats`` and ``reaper watch``: the subcommands (off the hot path, so argparse is fine).
+
+stats: a compact human-readable view of a running reaper's metrics, for
+``kubectl exec``. watch: the metrics sidecar for pods with shareProcessNamespace;
+it is not PID 1, reaps nothing it does not own, observes every process in the
+namespace, serves the same endpoint and enforces CPU budgets when it can.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from types import SimpleNamespace
+
+from reaper.options import DEFAULT_METRICS_PORT
+
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_METRICS_PORT}/metrics"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):        # one line, exit 2 (argparse would print the usage too)
+        raise _Usage(message)
+
+
+def run(name: str, argv: list, sfd: int) -> int:
+    try:
+        if name == "stats":
+            return stats_command(argv)
+        return watch_command(argv, sfd)
+    except _Usage as e:
+        os.write(2, f"reaper {name}: {e} (see 'reaper {name} --help')\n".encode())
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+# --- reaper stats -------------------------------------------------------------------
+
+def stats_command(argv: list) -> int:
+    p = _Parser(prog="reaper stats", description="Show a running reaper's numbers.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--url", help=f"metrics endpoint (default {DEFAULT_URL})")
+    src.add_argument("--file", help="a metrics file written by --metrics-file")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the endpoint (5)")
+    args = p.parse_args(argv)
+    try:
+        text = _read_file(args.file) if args.file else _fetch(args.url or DEFAULT_URL, args.timeout)
+    except OSError as e:
+        os.write(2, f"reaper stats: {e}\n".encode())
+        return 1
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    except Exception as e:
+        os.write(2, f"reaper stats: not a Prometheus text exposition: {e}\n".encode())
+        return 1
+    if not any(s.name == "reaper_build_info" for s in samples):
+        os.write(2, "reaper stats: no reaper metrics there (reaper_build_info missing)\n".encode())
+        return 1
+    sys.stdout.write(render(samples))
+    return 0
+
+
+def _read_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise OSError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _fetch(url: str, timeout: float) -> str:
+    import urllib.error
+    import urllib.request
+
+    if "://" not in url:
+        url = "http://" + url
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as e:
+        raise OSError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except urllib.error.URLError as e:
+        reason = getattr(e.reason, "strerror", None) or str(e.reason)
+        raise OSError(f"cannot fetch {url}: {reason}") from None
+    except (ValueError, OSError) as e:
+        raise OSError(f"cannot fetch {url}: {e}") from None
+
+
+class _View:
+    def __init__(self, samples) -> None:
+        self.samples = samples
+
+    def get(self, name: str, **labels):
+        """Sum of the samples named name whose labels include labels; None if there is none."""
+        found = [s.value for s in self.samples
+                 if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return sum(found) if found else None
+
+    def by(self, name: str, label: str, **labels) -> dict:
+        out: dict = {}
+        for s in self.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                key = s.labels.get(label, "")
+                out[key] = out.get(key, 0) + s.value
+        return out
+
+    def rows(self, name: str):
+        return [s for s in self.samples if s.name == name]
+
+
+def _n(v) -> str:
+    if v is None:
+        return "-"
+    return str(int(v)) if float(v).is_integer() else f"{v:.3g}"
+
+
+def _dur(secs: float) -> str:
+    secs = int(secs)
+    h, rem = divmod(secs, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def _seconds(v: float) -> str:
+    if v == float("inf"):
+        return "+Inf"
+    if v == 0:
+        return "0s"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if v >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v * 1e6:.3g}µs"
+
+
+def _pairs(d: dict, fmt=_n) -> str:
+    items = [(k, v) for k, v in sorted(d.items()) if v]
+    return ", ".join(f"{k} {fmt(v)}" for k, v in items) if items else "none"
+
+
+def _quantile(buckets: dict, q: float):
+    """Upper bound of the bucket holding quantile q of a cumulative histogram."""
+    bounds = sorted((float(le), n) for le, n in buckets.items())
+    if not bounds or bounds[-1][1] == 0:
+        return None
+    target = q * bounds[-1][1]
+    for le, n in bounds:
+        if n >= target:
+            return le
+    return bounds[-1][0]
+
+
+def render(samples) -> str:
+    v = _View(samples)
+    info = (v.rows("reaper_build_info") or [None])[0]
+    mode = info.labels.get("mode", "?") if info else "?"
+    lines = []
+    start = v.get("reaper_start_time_seconds")
+    up = _dur(time.time() - start) if start else "?"
+    phase = [k for k, n in v.by("reaper_phase", "phase").items() if n]
+    head = f"reaper {info.labels.get('version', '?') if info else '?'} ({mode}), pid {_n(v.get('reaper_pid'))}, up {up}"
+    if phase:
+        head += f", phase {phase[0]}"
+    lines.append(head)
+
+    def row(title: str, text: str) -> None:
+        lines.append(f"  {title:<12} {text}")
+
+    if mode == "init":
+        state = [k for k, n in v.by("reaper_main_child_state", "state").items() if n]
+        text = state[0] if state else "?"
+        outcome = [k for k, n in v.by("reaper_main_child_outcome", "outcome").items() if n]
+        if v.get("reaper_main_child_exit_code") is not None:
+            text += f", exit code {_n(v.get('reaper_main_child_exit_code'))}" + (f" ({outcome[0]})" if outcome else "")
+        row("main child", text)
+    reaped = v.by("reaper_reaped_total", "kind")
+    orphan_outcomes = v.by("reaper_reaped_total", "outcome", kind="orphan")
+    row("reaped", f"{_n(sum(reaped.values()))} ({_pairs(reaped)}); orphans by outcome: {_pairs(orphan_outcomes)}")
+    buckets = v.by("reaper_reap_latency_seconds_bucket", "le")
+    count = v.get("reaper_reap_latency_seconds_count") or 0
+    if count:
+        p50, p99 = _quantile(buckets, 0.5), _quantile(buckets, 0.99)
+        mean = (v.get("reaper_reap_latency_seconds_sum") or 0) / count
+        row("reap latency", f"mean {_seconds(mean)}, p50 <= {_seconds(p50)}, p99 <= {_seconds(p99)} ({_n(count)} reaps)")
+    zombies = v.get("reaper_zombies")
+    parents = [(s.labels.get("parent_name", ""), s.labels.get("parent_pid", ""), s.value)
+               for s in v.rows("reaper_zombies_by_parent")]
+    text = f"{_n(zombies)} now"
+    if zombies:
+        text += f", oldest {_seconds(v.get('reaper_zombie_oldest_age_seconds') or 0)}"
+        text += "; by parent: " + ", ".join(f"{name}[{pid}] {_n(n)}" for name, pid, n in parents)
+    row("zombies", text)
+    procs = v.by("reaper_processes", "class")
+    row("processes", ", ".join(f"{k.replace('_', ' ')} {_n(n)}" for k, n in sorted(procs.items())) or "-")
+    row("signals", f"received: {_pairs(v.by('reaper_signals_received_total', 'signal'))}; "
+                   f"forwarded: {_pairs(v.by('reaper_signals_forwarded_total', 'signal'))}")
+    if mode == "init":
+        row("drain", _pairs(v.by("reaper_drain_processes_total", "result")) +
+            (f" in {_seconds(v.get('reaper_drain_duration_seconds'))}"
+             if v.get("reaper_drain_duration_seconds") is not None else ""))
+    budget = v.rows("reaper_budget_info")
+    text = f"stray CPU {_seconds(v.get('reaper_stray_cpu_seconds_total') or 0)}"
+    if budget:
+        text = f"on ({budget[0].labels.get('mechanism', '')}), " + text
+        text += f"; violations: {_pairs(v.by('reaper_budget_violations_total', 'action'))}"
+        text += f"; actions: {_pairs(v.by('reaper_budget_actions_total', 'action'))}"
+    else:
+        text = "off, " + text
+    row("budgets", text)
+    for s in sorted(v.rows("reaper_stray_cpu_cores"), key=lambda s: -s.value)[:5]:
+        row("", f"stray {s.labels.get('name', '')}[{s.labels.get('pid', '')}] "
+                f"{s.value:.2f} cores ({s.labels.get('action', '')})")
+    busy = v.by("reaper_node_cpu_busy_ratio", "cpu")
+    if busy:
+        top = max(busy, key=lambda c: busy[c])
+        system = v.get("reaper_node_cpu_mode_ratio", cpu=top, mode="system") or 0
+        sat = v.by("reaper_node_cpu_saturated_seconds_total", "cpu")
+        row("node cpu", f"busiest core cpu{top} {busy[top]:.0%} busy ({system:.0%} system); "
+                        f"seconds saturated: {_pairs({f'cpu{k}': n for k, n in sat.items()}, _seconds)}")
+    mem = v.get("reaper_node_cgroups", controller="memory")
+    if v.get("reaper_node_memory_cgroups_available") is not None:
+        text = f"memory {_n(mem)} in /proc/cgroups" if mem is not None else "memory: not listed in /proc/cgroups"
+        visible = v.get("reaper_visible_memory_cgroups")
+        if visible is not None:
+            text += f", {_n(visible)} visible"
+        row("cgroups", text)
+    if v.get("reaper_cgroup_pids_available"):
+        row("pids", f"{_n(v.get('reaper_cgroup_pids'))} / {_n(v.get('reaper_cgroup_pids_max'))} (reaper's cgroup)")
+    cpu = v.get("reaper_cpu_seconds_total")
+    rss = v.get("reaper_resident_memory_bytes")
+    if cpu is not None:
+        row("self", f"CPU {_seconds(cpu)}" + (f", RSS {rss / 2**20:.1f} MiB" if rss else ""))
+    return "\n".join(lines) + "\n"
+
+
+# --- reaper watch -------------------------------------------------------------------
+
+def _typed(parse):
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return convert
+
+
+def _watch_config(argv: list):
+    """A Config from REAPER_* variables, then watch's flags (the metrics and budget
+    options of the main command, parsed by the same functions)."""
+    from reaper import options
+
+    p = _Parser(prog="reaper watch",
+                description="Metrics sidecar for a shared PID namespace: observe every process, "
+                            "serve the metrics, enforce CPU budgets on strays. Reaps nothing.")
+    p.add_argument("-v", "--verbose", action="count", default=None, help="more log output")
+    picked = [o for o in options.OPTIONS if o.section in ("metrics", "budget") and o.dest != "summary_file"]
+    for o in picked:
+        flag = "--" + o.long
+        if o.kind == "flag":
+            p.add_argument(flag, dest=o.dest, action="store_const", const=True, default=None, help=o.help)
+        elif o.kind == "off":
+            p.add_argument(flag, dest=o.dest, action="store_const", const=False, default=None, help=o.help)
+        elif o.metavar == "":
+            p.add_argument(flag, dest=o.dest, action="store_const", const=DEFAULT_METRICS_PORT,
+                           default=None, help=o.help)
+        elif o.kind == "list":
+            p.add_argument(flag, dest=o.dest, action="append", type=_typed(o.parse), metavar=o.metavar,
+                           default=None, help=o.help)
+        else:
+            p.add_argument(flag, dest=o.dest, type=_typed(o.parse), metavar=o.metavar, default=None, help=o.help)
+    args = p.parse_args(argv)
+
+    cfg = options.Config()
+    try:
+        for o in picked + [o for o in options.OPTIONS if o.dest == "verbosity"]:
+            if getattr(args, o.dest, None) is not None:
+                continue
+            for var in o.env:
+                if var in os.environ:
+                    options._apply(cfg, o, os.environ[var], var)
+                    break
+    except options.UsageError as e:
+        raise _Usage(str(e)) from None
+    for key, value in vars(args).items():
+        if value is not None:
+            setattr(cfg, "verbosity" if key == "verbose" else key, value + 1 if key == "verbose" else value)
+    if cfg.metrics_port is None and not cfg.metrics_file:
+        cfg.metrics_port = DEFAULT_METRICS_PORT
+    return cfg
+
+
+def watch_command(argv: list, sfd: int) -> int:
+    from reaper import metrics
+    from reaper._native import EV_SIGNAL, Waiter
+    from reaper.log import Log
+    from reaper.stats import Stats
+
+    cfg = _watch_config(argv)
+    if os.getpid() == 1:
+        raise _Usage("is a sidecar and must not be PID 1 (run 'reaper -- COMMAND' as the init instead)")
+    log = Log(cfg.verbosity)
+    stats = Stats()
+    stats.main_state = "none"
+    try:
+        exporter = metrics.prepare(cfg, stats, log, mode="watch")
+    except metrics.SetupError as e:
+        raise _Usage(str(e)) from None
+    scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set(), watch=True)
+    plugins = exporter.start(scope)
+    if cfg.budgets_enabled:
+        try:
+            from reaper import budget
+        except ImportError:
+            log.error("CPU budgets are not available in this build: observing only")
+        else:
+            plugins.append(budget.Enforcer(cfg, log, stats.budget, scope))
+    log.info(f"watching PID namespace (pid {os.getpid()})"
+             + (f", metrics on {cfg.metrics_address}:{cfg.metrics_port}" if cfg.metrics_port else ""))
+
+    waiter = Waiter(sfd)
+    stopping = False
+    while not stopping:
+        due = [d for d in (_guard(log, stats, p.name, p.next_deadline) for p in plugins) if d is not None]
+        timeout = -1 if not due else max(0, int((min(due) - time.monotonic()) * 1000) + 1)
+        events, _, _ = waiter.wait(timeout)
+        for ev in events:
+            if ev.kind == EV_SIGNAL:
+                stats.signals_received[_signame(ev.signo)] += 1
+                if ev.signo in STOP_SIGNALS:
+                    log.info(f"{_signame(ev.signo)} received: stopping")
+                    stopping = True
+            else:     # a child of our own (none is started; budget helpers might): reaped, counted
+                stats.record_reap("supervised", ev.code, (ev.at_ns - ev.woke_ns) / 1e9, ev.utime + ev.stime)
+        now = time.monotonic()
+        for p in plugins:
+            d = _guard(log, stats, p.name, p.next_deadline)
+            if d is not None and d <= now:
+                _guard(log, stats, p.name, p.tick, now)
+    stats.phase = "done"
+    for p in plugins:
+        _guard(log, stats, p.name, p.close)
+    return 0
+
+
+def _signame(signo: int) -> str:
+    from reaper import signals
+
+    return signals.name(signo)
+
+
+def _guard(log, stats, what, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as e:
+        stats.policy_errors += 1
+        log.error(f"error in {what} (reaper watch goes on): {e!r}")
+        return None

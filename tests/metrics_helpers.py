@@ -1,0 +1,168 @@
+"""Helpers for the metrics tests: real HTTP scrapes parsed by prometheus_client's parser."""
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import textwrap
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import PYTHON, wait_for
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def get(port: int, path: str = "/metrics", accept: str = "", timeout: float = 10.0):
+    """(status, content type, body) of one real HTTP GET on 127.0.0.1:port."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Accept": accept} if accept else {})
+        r = conn.getresponse()
+        return r.status, r.getheader("Content-Type", ""), r.read().decode()
+    finally:
+        conn.close()
+
+
+def wait_healthy(port: int, timeout: float = 20.0) -> None:
+    """Until /healthz answers (reaper binds before the spawn, but starts under unshare first)."""
+    def ok():
+        try:
+            return get(port, "/healthz", timeout=2)[0] == 200
+        except OSError:
+            return False
+    wait_for(ok, timeout, 0.02, what=f"metrics endpoint on port {port}")
+
+
+class Scrape:
+    """One scrape: families by name, samples looked up by name and labels."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def value(self, sample: str, **labels):
+        found = [s.value for f in self.families.values() for s in f.samples
+                 if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())]
+        assert len(found) <= 1, f"{sample}{labels} is ambiguous: {found}"
+        return found[0] if found else None
+
+    def total(self, sample: str, **labels):
+        """Sum over every sample named sample whose labels include labels (None if none)."""
+        found = [s.value for s in self.samples(sample) if all(s.labels.get(k) == v for k, v in labels.items())]
+        return sum(found) if found else None
+
+    def samples(self, sample: str):
+        return [s for f in self.families.values() for s in f.samples if s.name == sample]
+
+    def type(self, family: str) -> str:
+        return self.families[family].type
+
+
+def scrape(port: int) -> Scrape:
+    status, _, body = get(port)
+    assert status == 200, status
+    return Scrape(body)
+
+
+def wait_scrape(port: int, predicate, what: str, timeout: float = 15.0) -> Scrape:
+    """Scrapes until predicate(scrape) is true (/proc scans are reused for up to 0.5 s)."""
+    def check():
+        s = scrape(port)
+        return s if predicate(s) else None
+    return wait_for(check, timeout, interval=0.05, what=what)
+
+
+def wait_value(port: int, sample: str, expected, timeout: float = 15.0, **labels) -> Scrape:
+    """Scrapes until the sum of sample{labels...} == expected; returns that scrape."""
+    last = {}
+
+    def check():
+        s = scrape(port)
+        last["v"] = s.total(sample, **labels)
+        return s if last["v"] == expected else None
+    try:
+        return wait_for(check, timeout, interval=0.05, what=f"{sample}{labels} == {expected}")
+    except AssertionError:
+        raise AssertionError(f"{sample}{labels} stayed {last.get('v')!r}, expected {expected!r}") from None
+
+
+# A main child for the exact-count test. It makes orphans with known outcomes,
+# a zombie of its own, counts the signals reaper forwards, and exits with a
+# known code only when the test creates the file "go".
+EVENTS_CHILD = textwrap.dedent(r'''
+    import os, signal, sys, time
+    d = sys.argv[1]
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)   # an inherited SIG_IGN would auto-reap the zombie
+    outcomes = [("exit", 0)] * 3 + [("exit", 5)] * 2 + [("kill", signal.SIGTERM)]
+
+    def note(signo, frame):
+        with open(os.path.join(d, "signals"), "a") as f:
+            f.write(signal.Signals(signo).name + "\n")
+    signal.signal(signal.SIGUSR1, note)
+    signal.signal(signal.SIGHUP, note)
+
+    for how, arg in outcomes:          # orphans: the middle process exits at once
+        mid = os.fork()
+        if mid == 0:
+            if os.fork() == 0:
+                while os.getppid() != 1:
+                    time.sleep(0.001)
+                if how == "kill":
+                    signal.signal(arg, signal.SIG_DFL)
+                    os.kill(os.getpid(), arg)
+                os._exit(arg)
+            os._exit(0)
+        os.waitpid(mid, 0)
+    if os.fork() == 0:                 # a zombie: its parent (this process) never waits
+        os._exit(0)
+    open(os.path.join(d, "ready"), "w").write("ready")
+    while not os.path.exists(os.path.join(d, "go")):
+        time.sleep(0.01)
+    sys.exit(7)
+''')
+
+
+def write_script(tmp_path: Path, name: str, code: str) -> list:
+    path = tmp_path / name
+    path.write_text(code)
+    return [PYTHON, str(path)]
+
+
+def send_and_confirm(r, sig: int, log: Path, expect_lines: int) -> None:
+    """Sends sig to reaper and waits until the main child has logged it (signals coalesce)."""
+    r.send(sig)
+    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= expect_lines, 10,
+             what=f"main child to receive {signal.Signals(sig).name}")
+
+
+def in_pids_cgroup(limit: int):
+    """A fresh cgroup-v1 pids cgroup with pids.max=limit, or None when this host has none.
+    Returns (directory, preexec_fn that moves the started process into it)."""
+    base = Path("/sys/fs/cgroup/pids")
+    if os.geteuid() != 0 or not (base / "cgroup.procs").exists():
+        return None
+    d = base / f"reaper-test-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        d.mkdir()
+        (d / "pids.max").write_text(str(limit))
+    except OSError:
+        return None
+
+    def enter():
+        with open(d / "cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+    return d, enter
+
+
+def remove_cgroup(d: Path) -> None:
+    def gone():
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+    wait_for(gone, 10, interval=0.05, what=f"{d} to be removable")

@@ -1,0 +1,139 @@
+"""`reaper watch`, the sidecar: in a shared PID namespace it reports the zombies a
+non-reaping parent leaves, and that parent; it reaps nothing and stops cleanly."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, wait_for, wait_for_file
+from metrics_helpers import wait_healthy, wait_scrape, write_script
+
+ZOMBIES = 4
+
+# A parent that never waits: its children stay zombies. comm is set so that
+# the metric can name it.
+PARENT = r'''
+import ctypes, os, signal, sys, time
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+ctypes.CDLL(None).prctl(15, b"zombiemaker", 0, 0, 0)     # PR_SET_NAME
+for _ in range(int(sys.argv[2])):
+    if os.fork() == 0:
+        os._exit(0)
+open(sys.argv[1] + "/parent-ready", "w").write(str(os.getpid()))
+time.sleep(300)
+'''
+
+# The namespace's PID 1 (like Kubernetes' pause): starts the parent and the
+# sidecar side by side, waits for the sidecar and records how it exited.
+INIT = r'''
+import os, signal, subprocess, sys
+signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+d, port, python, reaper, parent_script, extra = sys.argv[1:7]
+parent = subprocess.Popen([python, parent_script, d, sys.argv[7]])
+watch = subprocess.Popen([reaper, "watch", "--metrics-port", port, "--metrics-address", "127.0.0.1",
+                          *extra.split()], stderr=open(d + "/watch.err", "w"))
+open(d + "/pids", "w").write(f"{parent.pid} {watch.pid}")
+rc = watch.wait()
+open(d + "/watch-rc", "w").write(str(rc))
+parent.kill()
+parent.wait()
+'''
+
+
+def _start(tmp_path, port, extra=""):
+    init = write_script(tmp_path, "init.py", INIT)
+    parent = write_script(tmp_path, "parent.py", PARENT)
+    return subprocess.Popen([*UNSHARE, *init, str(tmp_path), str(port), PYTHON, REAPER, parent[1], extra,
+                             str(ZOMBIES)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _host_pid_of_watch(ns: subprocess.Popen) -> int:
+    def find():
+        for init in children_of(ns.pid):
+            for c in children_of(init):
+                try:
+                    if b"watch" in open(f"/proc/{c}/cmdline", "rb").read().split(b"\0"):
+                        return c
+                except OSError:
+                    pass
+        return None
+    return wait_for(find, 10, what="the watch process")
+
+
+def _stat(pid: int) -> list:
+    """Fields of /proc/PID/stat after the command name: state, ppid, ..."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+@pytest.fixture
+def namespace():
+    started = []
+    yield started.append
+    for ns in started:
+        if ns.poll() is None:
+            ns.kill()       # unshare --kill-child takes the namespace down
+        ns.communicate()
+
+
+def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
+    port = free_port()
+    ns = _start(tmp_path, port)
+    namespace(ns)
+    wait_for_file(tmp_path / "parent-ready", 20)
+    wait_healthy(port)
+    parent_pid, watch_pid = (tmp_path / "pids").read_text().split()
+    s = wait_scrape(port, lambda s: s.value("reaper_zombies") == ZOMBIES, f"{ZOMBIES} zombies")
+    assert s.value("reaper_zombies_by_parent", parent_pid=parent_pid, parent_name="zombiemaker") == ZOMBIES
+    assert len(s.samples("reaper_zombies_by_parent")) == 1
+    assert s.value("reaper_zombie_oldest_age_seconds") > 0
+    assert s.value("reaper_build_info", mode="watch") == 1
+    assert s.value("reaper_pid") == int(watch_pid) != 1
+    assert s.value("reaper_main_child_state", state="running") is None     # a sidecar has no main child
+    # Live: the namespace's PID 1 and the parent (the watcher is not counted, zombies are not live).
+    assert s.value("reaper_processes", **{"class": "all"}) == 2
+    assert s.value("reaper_node_cgroups", controller="memory") is not None
+    s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busy_ratio"), "per-core CPU")
+    assert s.total("reaper_reaped_total") is None           # reaped nothing
+    # It reaps nothing that is not its own: the zombies are still there.
+    host_watch = _host_pid_of_watch(ns)
+    host_init = int(_stat(host_watch)[1])
+    host_parent = [c for c in children_of(host_init) if c != host_watch][0]
+    kids = children_of(host_parent)
+    assert len(kids) == ZOMBIES
+    assert all(_stat(k)[0] == "Z" for k in kids)
+    # SIGTERM: a clean exit 0.
+    os.kill(host_watch, signal.SIGTERM)
+    assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
+    assert "Traceback" not in (tmp_path / "watch.err").read_text()
+    ns.wait(20)
+
+
+def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
+    """With a CPU budget, the sidecar runs the budget enforcer over the namespace and says so."""
+    try:
+        import reaper.budget  # noqa: F401
+    except ImportError:
+        pytest.skip("reaper/budget.py is not there yet")
+    port = free_port()
+    ns = _start(tmp_path, port, "--cpu-budget 0.5 --budget-action observe --budget-interval 0.2")
+    namespace(ns)
+    wait_for_file(tmp_path / "parent-ready", 20)
+    wait_healthy(port)
+    s = wait_scrape(port, lambda s: (s.value("reaper_budget_samples_total") or 0) >= 3,
+                    "the enforcer to sample the namespace")
+    assert s.value("reaper_budget_info", mechanism="none") is not None or s.samples("reaper_budget_info")
+    assert s.value("reaper_processes", **{"class": "stray"}) is not None
+    os.kill(_host_pid_of_watch(ns), signal.SIGINT)
+    assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
+
+
+def test_watch_bad_flags_and_pid1(tmp_path):
+    r = subprocess.run([REAPER, "watch", "--metrics-port", "0"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "port must be 1-65535" in r.stderr
+    r = subprocess.run([REAPER, "watch", "--bogus"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--bogus" in r.stderr
+    r = subprocess.run([*UNSHARE, REAPER, "watch", "--metrics-port", str(free_port())],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "must not be PID 1" in r.stderr
