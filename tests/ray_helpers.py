@@ -1,0 +1,197 @@
+"""Helpers for tests/test_ray_e2e.py: a Ray head under reaper, a driver that leaks
+processes the ways real Ray jobs do, and the strays it leaves.
+
+Run as a script:
+  python ray_helpers.py driver ADDRESS DIR     the job (see driver())
+  python ray_helpers.py stray DIR NAME MODE    a leaked process (busy or sleep)
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+PYTHON = sys.executable
+MARK = "reaper-stray:"
+STRAYS_BUSY = ("orphaned", "daemonised", "idle-worker")
+STRAYS_ASLEEP = ("actor-detached", "killed-worker-child")
+# Started with setsid: outside every process group Ray cleans up.
+STRAYS_DETACHED = ("daemonised", "idle-worker", "actor-detached", "killed-worker-child")
+
+
+def stray_argv(out: str, name: str, mode: str) -> list:
+    # The marker in argv lets the test find the process from outside the namespace.
+    return [PYTHON, str(HERE), "stray", out, MARK + name, mode]
+
+
+def stray(out: str, marked: str, mode: str) -> None:
+    """A leaked process: records the SIGTERM it gets (a SIGKILL cannot be recorded,
+    so the file proves the SIGTERM came first), then exits."""
+    name = marked[len(MARK):]
+
+    def term(*_):
+        with open(os.path.join(out, name + ".term"), "w") as f:
+            f.write(f"{time.monotonic()}\n")
+        os._exit(0)
+    signal.signal(signal.SIGTERM, term)
+    _write(os.path.join(out, name + ".pid"), str(os.getpid()))
+    if mode == "busy":
+        while True:
+            pass
+    while True:
+        time.sleep(1)
+
+
+def driver(address: str, out: str) -> int:
+    import ray
+
+    ray.init(address=address, log_to_driver=False)
+    sh_stray = " ".join(stray_argv(out, "{name}", "{mode}"))
+
+    # 1. Fire-and-forget shell helpers: `sleep` is orphaned as soon as sh returns.
+    @ray.remote(num_cpus=2)
+    def fire_and_forget():
+        subprocess.run(["sh", "-c", "sleep 0.1 &"], check=True)
+        return os.getpid()
+    ray.get([fire_and_forget.remote() for _ in range(50)])
+
+    # 2. An orphaned busy loop (sh exits under it) and a daemonised one (setsid too).
+    @ray.remote
+    def orphaned_busy():
+        subprocess.run(["sh", "-c", sh_stray.format(name="orphaned", mode="busy") + " &"], check=True)
+
+    @ray.remote
+    def daemonised_busy():
+        subprocess.run(["sh", "-c", "setsid " + sh_stray.format(name="daemonised", mode="busy") + " &"],
+                       check=True)
+
+    # 3. A detached (setsid) busy loop that outlives its task and stays the child of
+    # its pooled worker, which shows ray::IDLE once the task has returned.
+    @ray.remote
+    def idle_worker_busy():
+        return subprocess.Popen(stray_argv(out, "idle-worker", "busy"), start_new_session=True).pid
+
+    ray.get([orphaned_busy.remote(), daemonised_busy.remote(), idle_worker_busy.remote()])
+
+    # 4. An actor killed with ray.kill while it has children. Ray kills the worker's
+    # direct children and its process group; a launcher's detached child (setsid,
+    # below a shell) is reached by neither and is orphaned.
+    @ray.remote
+    class Parent:
+        def __init__(self):
+            launcher = "setsid " + sh_stray.format(name="actor-detached", mode="sleep") + " & wait"
+            self.kids = [subprocess.Popen(["sleep", "600"]), subprocess.Popen(["sh", "-c", launcher])]
+
+        def pids(self):
+            return [k.pid for k in self.kids]
+
+    actor = Parent.remote()
+    ray.get(actor.pids.remote())
+    _wait_file(os.path.join(out, "actor-detached.pid"))
+    ray.kill(actor)
+
+    # 5. A task whose worker is SIGKILLed while it has a detached child (in a
+    # worker pool of its own, so the worker it kills is not the idle one above).
+    @ray.remote(max_retries=0, runtime_env={"env_vars": {"REAPER_TEST_POOL": "doomed"}})
+    def doomed():
+        subprocess.Popen(stray_argv(out, "killed-worker-child", "sleep"), start_new_session=True)
+        _wait_file(os.path.join(out, "killed-worker-child.pid"))
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        ray.get(doomed.remote())
+        raise AssertionError("the doomed task returned")
+    except ray.exceptions.WorkerCrashedError:
+        pass
+
+    # 6. The job goes on: small tasks, in their own worker pool (another runtime
+    # env) so they never reuse the idle worker above, until the test says stop.
+    @ray.remote(runtime_env={"env_vars": {"REAPER_TEST_POOL": "ping"}})
+    def ping(i):
+        return i
+
+    ray.get(ping.remote(-1), timeout=60)
+    _write(os.path.join(out, "driver-ready"), "1")
+    ok, latencies = 0, []
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(out, "stop")) and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        assert ray.get(ping.remote(ok), timeout=30) == ok
+        latencies.append(time.monotonic() - t0)
+        ok += 1
+        time.sleep(0.1)
+    _write(os.path.join(out, "health.json"), json.dumps({"ok": ok, "max_latency": max(latencies, default=0)}))
+    # Stay connected (the job is not over) until the test is done with the cluster.
+    _wait_file(os.path.join(out, "exit"), timeout=120)
+    return 0
+
+
+def _wait_file(path: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.01)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+# --- seen from the test, outside the namespace ---------------------------------
+
+def read_stat(pid: int):
+    """(state, ppid, utime+stime seconds) or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree(root: int) -> list:
+    """root and every descendant (host pids), by /proc/PID/task/TID/children."""
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+            except OSError:
+                pass
+    return found
+
+
+def zombies(root: int) -> list:
+    return [p for p in tree(root) if (read_stat(p) or ("?",))[0] == "Z"]
+
+
+def find_marked(root: int, name: str):
+    for pid in tree(root):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if (MARK + name).encode() + b"\0" in f.read():
+                    return pid
+        except OSError:
+            pass
+    return None
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "driver":
+        sys.exit(driver(sys.argv[2], sys.argv[3]))
+    if sys.argv[1] == "stray":
+        stray(*sys.argv[2:5])

@@ -1,0 +1,235 @@
+"""The shipped Dockerfiles and Kubernetes manifests say what the docs say.
+
+Parsed, not applied (no cluster here): every manifest loads; reaper is PID 1 of the
+Ray containers and its command line parses with reaper's own option parser; Ray
+ends up as the main child through KubeRay's generated command; port names fit
+Kubernetes' 15-character limit and the port numbers match reaper's settings; the
+grace periods nest; the PodMonitors scrape ports that exist; the sidecar shares
+the PID namespace and runs `reaper watch`; the PrometheusRule and the dashboard
+ConfigMap match docs/ (docker/k8s/generate.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+from reaper import options  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+K8S = REPO / "docker" / "k8s"
+REAPER_ENV = {var for o in options.OPTIONS for var in o.env}
+RAY_METRICS_PORT = 8080
+KUBERAY_EXEC = 'exec bash -c "$KUBERAY_GEN_RAY_START_CMD"'
+
+
+def _docs(name: str) -> list:
+    return [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
+
+
+def _templates(cluster: dict) -> dict:
+    """node type -> list of pod templates"""
+    spec = cluster["spec"]
+    return {"head": [spec["headGroupSpec"]["template"]],
+            "worker": [g["template"] for g in spec["workerGroupSpecs"]]}
+
+
+def _env(container: dict) -> dict:
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+def _ports(container: dict) -> dict:
+    return {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+
+
+def _ray_container(template: dict) -> dict:
+    return next(c for c in template["spec"]["containers"] if c["name"].startswith("ray-"))
+
+
+# --- Dockerfiles ----------------------------------------------------------------------
+
+def _dockerfile(name: str) -> dict:
+    text = (REPO / "docker" / name).read_text()
+    text = re.sub(r"\\\n", " ", text)
+    out = {"ENV": {}, "EXPOSE": [], "ARG": {}}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        if word == "ENV":
+            out["ENV"].update(dict(kv.split("=", 1) for kv in shlex.split(rest)))
+        elif word == "EXPOSE":
+            out["EXPOSE"] += [int(p.split("/")[0]) for p in rest.split()]
+        elif word == "ARG":
+            k, _, v = rest.partition("=")
+            out["ARG"].setdefault(k, v)
+        elif word in ("ENTRYPOINT", "CMD"):
+            out[word] = json.loads(rest)
+        out.setdefault("FROM", [])
+        if word == "FROM":
+            out["FROM"].append(rest)
+    return out
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.python"])
+def test_dockerfiles(name):
+    d = _dockerfile(name)
+    assert d["ENTRYPOINT"] == ["reaper", "--"]
+    assert len(d["FROM"]) == 2 and d["FROM"][0].endswith(" AS builder")     # builder, then final
+    # Every REAPER_* default is a real option and parses.
+    assert set(d["ENV"]) <= REAPER_ENV, set(d["ENV"]) - REAPER_ENV
+    cfg = options.parse(["true"], environ=d["ENV"])
+    assert cfg.metrics_port == options.DEFAULT_METRICS_PORT
+    assert d["EXPOSE"] == [cfg.metrics_port]
+    if name == "Dockerfile":
+        assert re.fullmatch(r"rayproject/ray:2\.\d+\.\d+-py3\d+(-\w+)?", d["ARG"]["BASE_IMAGE"])
+        assert cfg.budgets_enabled and cfg.budget_action in options.BUDGET_ACTIONS
+
+
+def test_dockerignore_keeps_build_artefacts_out():
+    ignored = (REPO / ".dockerignore").read_text().split()
+    for pattern in ("build", "**/*.so", "**/*.egg-info", ".git"):
+        assert pattern in ignored
+
+
+# --- the RayCluster with reaper as PID 1 ---------------------------------------------------
+
+def test_raycluster_runs_reaper_as_pid1_with_ray_as_its_main_child():
+    (cluster,) = _docs("raycluster.yaml")
+    assert cluster["kind"] == "RayCluster"
+    assert cluster["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    image_ray = set()
+    for node_type, templates in _templates(cluster).items():
+        for t in templates:
+            c = _ray_container(t)
+            env = _env(c)
+            assert set(k for k in env if k.startswith("REAPER_")) <= REAPER_ENV
+            assert c["command"][0] == "reaper" and "args" not in c
+            cfg = options.parse(c["command"][1:], environ=env)
+            # bash sets the ulimit KubeRay would have set, then execs `ray start` as
+            # parsed by a shell (quoted rayStartParams survive), so Ray is the main child.
+            assert cfg.command[:2] == ["bash", "-c"] and len(cfg.command) == 3
+            script = cfg.command[2]
+            assert script.startswith("ulimit -n 65536;") and script.endswith(KUBERAY_EXEC)
+            assert 143 in cfg.remap_exit
+            # Grace periods nest: Ray's drain, then reaper's grace, inside the pod's.
+            drain = float(env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"])
+            assert t["spec"]["terminationGracePeriodSeconds"] > drain + cfg.grace
+            # Ports: unique names <= 15 characters, Ray's and reaper's side by side.
+            ports = _ports(c)
+            assert len(ports) == len(c["ports"]) and len(set(ports.values())) == len(ports)
+            assert all(len(n) <= 15 and re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", n) for n in ports)
+            assert ports["metrics"] == RAY_METRICS_PORT
+            assert ports["reaper-metrics"] == cfg.metrics_port != RAY_METRICS_PORT
+            if node_type == "head":
+                assert {"as-metrics", "dash-metrics"} <= set(ports)
+            image_ray.add(c["image"].rpartition(":")[2].split("-")[0])
+    assert image_ray == {cluster["spec"]["rayVersion"]}
+
+
+# --- the sidecar ---------------------------------------------------------------------------
+
+def test_sidecar_shares_the_pid_namespace_and_runs_reaper_watch(monkeypatch):
+    from reaper import commands
+
+    (cluster,) = _docs("sidecar.yaml")
+    assert "ray.io/overwrite-container-cmd" not in cluster["metadata"].get("annotations", {})
+    for templates in _templates(cluster).values():
+        for t in templates:
+            spec = t["spec"]
+            assert spec["shareProcessNamespace"] is True
+            (side,) = [c for c in spec["containers"] if c.get("command", [])[:2] == ["reaper", "watch"]]
+            env = _env(side)
+            assert set(env) <= REAPER_ENV
+            for k in REAPER_ENV:
+                monkeypatch.delenv(k, raising=False)
+            for k, v in env.items():
+                monkeypatch.setenv(k, v)
+            cfg = commands._watch_config(side["command"][2:])
+            assert _ports(side) == {"reaper-metrics": cfg.metrics_port}
+            assert side["securityContext"]["runAsUser"] == 1000         # Ray's uid
+            ray = _ray_container(t)
+            assert "command" not in ray                                   # KubeRay's own command
+            assert set(_ports(ray)).isdisjoint(_ports(side))
+            drain = float(_env(ray)["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"])
+            assert spec["terminationGracePeriodSeconds"] > drain
+
+
+# --- monitoring ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cluster_file", ["raycluster.yaml", "sidecar.yaml"])
+def test_podmonitors_scrape_ports_that_exist(cluster_file):
+    (cluster,) = _docs(cluster_file)
+    monitors = _docs("podmonitor.yaml")
+    covered = set()
+    for m in monitors:
+        assert m["kind"] == "PodMonitor"
+        node_type = m["spec"]["selector"]["matchLabels"]["ray.io/node-type"]
+        covered.add(node_type)
+        endpoints = m["spec"]["podMetricsEndpoints"]
+        wanted = [e["port"] for e in endpoints]
+        assert "reaper-metrics" in wanted and "metrics" in wanted
+        for e in endpoints:
+            (relabel,) = [r for r in e["relabelings"] if r.get("targetLabel") == "ray_io_cluster"]
+            assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_ray_io_cluster"]
+        for t in _templates(cluster)[node_type]:
+            names = set()
+            for c in t["spec"]["containers"]:
+                names |= set(_ports(c))
+            assert set(wanted) <= names, (node_type, set(wanted) - names)
+    assert covered == {"head", "worker"}
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("k8s_generate", K8S / "generate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_prometheusrule_and_dashboard_match_docs():
+    gen = _generator()
+    for name, (make, _src) in gen.OUTPUTS.items():
+        (shipped,) = _docs(name)
+        assert shipped == make(), f"docker/k8s/{name} is stale: run python docker/k8s/generate.py"
+    (rule,) = _docs("prometheusrule.yaml")
+    assert rule["spec"]["groups"] == yaml.safe_load((REPO / "docs/alerts.yml").read_text())["groups"]
+    (cm,) = _docs("grafana-dashboard-configmap.yaml")
+    assert json.loads(cm["data"]["reaper.json"]) == json.loads((REPO / "docs/grafana-dashboard.json").read_text())
+
+
+def test_every_manifest_parses():
+    files = sorted(K8S.glob("*.yaml"))
+    assert len(files) >= 5
+    for f in files:
+        for d in _docs(f.name):
+            assert {"apiVersion", "kind", "metadata"} <= set(d), f.name
+
+
+def test_the_kuberay_command_makes_the_generated_command_reapers_main_child(tmp_path):
+    """The manifest's command, run for real with a stand-in for KubeRay's generated
+    `ray start ...`: after the ulimit and two execs it is reaper's main child, and a
+    quoted JSON argument (as rayStartParams may hold) reaches it intact."""
+    from conftest import PYTHON, free_port, run_reaper
+
+    (cluster,) = _docs("raycluster.yaml")
+    c = _ray_container(_templates(cluster)["worker"][0])
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json, os, sys\n"
+                     "print(json.dumps({'pid': os.getpid(), 'ppid': os.getppid(), 'argv': sys.argv[1:]}))\n")
+    generated = f"""{PYTHON} {probe} start --block --resources='{{"GPU": 1}}'"""
+    argv = c["command"][1:]          # without "reaper": run_reaper adds it
+    env = {**_env(c), "KUBERAY_GEN_RAY_START_CMD": generated, "REAPER_METRICS_PORT": str(free_port()),
+           "REAPER_METRICS_ADDRESS": "127.0.0.1"}
+    r = run_reaper(argv, env=env, timeout=30)
+    assert r.proc.returncode == 0, r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["ppid"] == 1 and seen["pid"] == 2        # the main child itself, under reaper as PID 1
+    assert seen["argv"] == ["start", "--block", '--resources={"GPU": 1}']

@@ -1,0 +1,180 @@
+"""A real Ray head under reaper, with a job that leaks processes (ray_helpers.driver).
+
+`reaper [budget and metrics options] -- ray start --head --block ...` is PID 1 of a
+fresh PID namespace. The driver leaks: 50 fire-and-forget shell helpers, an orphaned
+and a daemonised busy loop, a setsid busy loop left under its idle worker, the
+children of an actor killed with ray.kill, and the detached child of a worker
+killed with SIGKILL. While the job still runs, no zombie is left, the three busy
+loops are held to their CPU budget, Ray answers tasks throughout, and reaper's
+metrics say so. A SIGTERM to reaper then drains Ray, the strays get SIGTERM (they
+record it) before any SIGKILL, and everything is gone within the grace period.
+
+Runs on its own: pytest -m ray tests/test_ray_e2e.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+import ray_helpers as rh
+from conftest import free_port, wait_for, wait_for_file
+
+pytestmark = pytest.mark.ray
+
+BUDGET = 0.2           # cores per stray
+BUDGET_GRACE = 3       # seconds a new stray runs free
+RAY_DRAIN = 5          # RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
+GRACE = 10             # reaper --grace
+
+
+@pytest.fixture
+def short_tmp():
+    # Ray's unix sockets live under --temp-dir: keep the path short (108-byte limit).
+    d = tempfile.mkdtemp(prefix="rr", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _ray_bin() -> str:
+    ray = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
+    if not os.path.exists(ray):
+        pytest.skip("ray is not installed (pip install 'ray==2.60.0')")
+    return ray
+
+
+def _scrape(url: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _total(samples: dict, name: str, **labels) -> float:
+    return sum(v for (n, ls), v in samples.items()
+               if n == name and all((k, v2) in ls for k, v2 in labels.items()))
+
+
+def test_ray_head_under_reaper(reaper, short_tmp, tmp_path):
+    ray = _ray_bin()
+    out = tmp_path / "out"
+    out.mkdir()
+    gcs, metrics = free_port(), free_port()
+    summary = tmp_path / "summary.json"
+    args = ["--grace", str(GRACE), "--metrics-port", str(metrics), "--metrics-address", "127.0.0.1",
+            "--summary-file", str(summary),
+            "--cpu-budget", str(BUDGET), "--budget-action", "throttle", "--budget-grace", str(BUDGET_GRACE),
+            "--budget-window", "2", "--budget-interval", "0.5",
+            "--", ray, "start", "--head", "--block", "--num-cpus=4", "--include-dashboard=false",
+            "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+            f"--temp-dir={short_tmp}", f"--metrics-export-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
+    env = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(RAY_DRAIN),
+           # The idle worker must stay in the pool: no idle-worker killing above the soft limit.
+           "RAY_num_workers_soft_limit": "32"}
+    r = reaper(args, env=env)
+    root = r.pid
+    try:
+        while "Ray runtime started" not in r.readline(timeout=90):
+            pass
+    except AssertionError:
+        r.kill()
+        raise AssertionError(f"ray start failed: {r.stderr[-3000:]}") from None
+
+    driver = subprocess.Popen([sys.executable, str(rh.HERE), "driver", f"127.0.0.1:{gcs}", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{gcs}"})
+    try:
+        wait_for(lambda: (out / "driver-ready").exists() or driver.poll() is not None, timeout=90,
+                 interval=0.1, what="the driver to leak its processes")
+        assert driver.poll() is None, driver.communicate()[0].decode()[-3000:]
+
+        # --- while the job runs ---------------------------------------------------
+        pids = {name: wait_for(lambda n=name: rh.find_marked(root, n), timeout=10, what=name)
+                for name in (*rh.STRAYS_BUSY, *rh.STRAYS_ASLEEP)}
+        # The one under the idle worker really is under a worker, titled ray::IDLE.
+        worker = rh.read_stat(pids["idle-worker"])[1]
+        assert open(f"/proc/{worker}/cmdline").read().startswith("ray::IDLE")
+        # The orphaned and daemonised ones were adopted by reaper.
+        assert rh.read_stat(pids["orphaned"])[1] == root
+        assert rh.read_stat(pids["daemonised"])[1] == root
+
+        # No zombies remain anywhere in the namespace.
+        wait_for(lambda: not rh.zombies(root), timeout=10, interval=0.1, what="no zombies")
+
+        # Each busy loop is held to its budget (measured from /proc over 4 s, once
+        # the free grace and the first window are over).
+        started = min(os.stat(out / f"{n}.pid").st_mtime for n in rh.STRAYS_BUSY)
+        time.sleep(max(0.0, started + BUDGET_GRACE + 3 - time.time()))
+        before = {n: rh.read_stat(pids[n])[2] for n in rh.STRAYS_BUSY}
+        t0 = time.monotonic()
+        time.sleep(4)
+        used = {n: (rh.read_stat(pids[n])[2] - before[n]) / (time.monotonic() - t0) for n in rh.STRAYS_BUSY}
+        print("stray CPU use over 4 s, in cores:", {n: round(u, 3) for n, u in used.items()})
+        assert all(u < BUDGET * 1.5 for u in used.values()), used
+
+        # reaper's metrics agree.
+        m = _scrape(f"http://127.0.0.1:{metrics}/metrics")
+        assert _total(m, "reaper_reaped_total", kind="orphan") >= 50      # the fire-and-forget sleeps
+        assert m[("reaper_zombies", ())] == 0
+        assert m[("reaper_main_child_up", ())] == 1
+        assert m[("reaper_processes", (("class", "stray"),))] >= 3
+        assert _total(m, "reaper_budget_actions_total") > 0
+        named = {ls for (n, ls), v in m.items() if n == "reaper_stray_cpu_cores"}
+        stray_pids = {dict(ls)["pid"] for ls in named}
+        # reaper reports pids as seen in its namespace: the busy loops' own.
+        assert {(out / f"{n}.pid").read_text() for n in rh.STRAYS_BUSY} <= stray_pids, named
+
+        # Ray stayed healthy: the job's tasks completed throughout.
+        (out / "stop").write_text("1")
+        health = json.loads(wait_for_file(out / "health.json", timeout=60))
+        assert health["ok"] >= 10, health
+        print("health:", health)
+
+        # --- SIGTERM to reaper, the job still connected: Ray drains, the strays get
+        # SIGTERM, everything ends ----------------------------------------------------
+        alive = [n for n, p in pids.items() if rh.read_stat(p) is not None]
+        assert sorted(alive) == sorted(pids), alive          # nothing died before the stop
+        t0 = time.monotonic()
+        r.send(signal.SIGTERM)
+        status = r.wait(timeout=RAY_DRAIN + GRACE + 30)
+        took = time.monotonic() - t0
+        (out / "exit").write_text("1")
+        assert driver.wait(60) == 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert took < RAY_DRAIN + GRACE + 15, f"shutdown took {took:.1f}s"
+    terminated = sorted(n for n in alive if (out / f"{n}.term").exists())
+    drain_log = [line for line in r.stderr.splitlines() if "drain" in line.lower()]
+    # Ray stops its workers with their process groups, by SIGKILL: the orphaned loop
+    # (sh left it in its worker's group) may go that way. Every detached stray is out
+    # of Ray's reach and got reaper's SIGTERM (its record proves no SIGKILL came first).
+    assert set(rh.STRAYS_DETACHED) <= set(terminated), (terminated, r.stderr[-3000:])
+    result = json.loads(summary.read_text())
+    print(f"shutdown took {took:.1f}s, exit status {status}; strays terminated: {terminated}; summary: {result}")
+    print("\n".join(drain_log))
+    assert result["drain"] == {"terminated": len(terminated), "killed": 0, "survived": 0}, result
+    assert result["signals_forwarded"] == 1, result          # the SIGTERM, to `ray start` only
+    assert any("received SIGTERM. Draining" in line for line in drain_log), drain_log   # Ray drained
+    # Ray 2.60's `ray start --block` exits 1 once its SIGTERM handler has drained and
+    # stopped Ray (not 143, so -e 143 does not make this stop exit 0).
+    assert status == result["exit_status"] == 1, (status, result)
+    assert all(rh.read_stat(p) is None for p in pids.values())
