@@ -17,6 +17,8 @@ import pytest
 from conftest import free_port, wait_for, wait_for_file
 from container_helpers import Container, image_rootfs, missing_tools, run
 
+pytestmark = pytest.mark.container
+
 PY = "/usr/bin/python3"
 
 
