@@ -1,0 +1,387 @@
+"""CPU budgets for strays: sample, compare with the budgets, respond.
+
+Every --budget-interval the enforcer refreshes the process table, finds the
+strays (reaper/strays.py), reads each one's CPU time (psutil) and averages it
+over --budget-window. A stray past its --budget-grace that uses more than
+--cpu-budget, or strays that together use more than --cpu-budget-total, get the
+response --budget-action names, each step including the ones before it:
+
+    observe    one log line per violation, metrics
+    nice       nice 19 and SCHED_IDLE (and --stray-cpus affinity)
+    throttle   a hard cap: a cgroup of reaper's own, else SIGSTOP/SIGCONT duty-cycling
+    terminate  after --budget-kill-after seconds over budget: SIGTERM, SIGKILL after --grace
+
+"Over budget" is judged on demand, not on use: a duty-cycled stray that would
+use more than its budget if let run stays over budget (and stays throttled), as
+does one pressing against its cgroup's quota.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import deque
+from typing import Optional
+
+from reaper import stray_cpus
+from reaper.procctl import HAVE_PIDFD, Gone, Handle
+from reaper.proctable import ProcTable
+from reaper.strays import Finder
+from reaper.throttle import CgroupThrottle, DutyCycler, Unavailable
+
+LEVELS = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}
+RELEASE = 0.9          # a duty-cycled stray is let go below this share of its budget
+
+
+class Tracked:
+    """One stray, pinned by (pid, start)."""
+
+    def __init__(self, key, stray, handle: Handle, now: float) -> None:
+        self.key = key
+        self.handle = handle
+        self.comm = stray.comm
+        self.reason = stray.reason
+        self.since = now                 # first sample that saw it as a stray
+        self.since_wall = time.time()
+        self.hist: deque = deque()       # (t, cpu seconds, run seconds)
+        self.rate: Optional[float] = None    # cores used, averaged over the window
+        self.demand: Optional[float] = None  # cores it would use if never stopped
+        self.over = False
+        self.over_since: Optional[float] = None
+        self.niced = False
+        self.pinned = False
+        self.leaf: Optional[str] = None  # cgroup directory it was moved into
+        self.cycled = False              # duty-cycled
+        self.fraction = 1.0              # share of each duty period it may run
+        self.term_at: Optional[float] = None
+        self.killed = False
+        self.action = "none"             # the strongest response applied so far
+        self.last_cpu = None
+
+
+class Enforcer:
+    name = "budget"
+
+    def __init__(self, cfg, log, stats, scope) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.stats = stats
+        self.scope = scope
+        self.level = LEVELS[cfg.budget_action]
+        self.table = ProcTable()
+        self.finder = Finder(cfg, scope)
+        self.tracked: dict = {}
+        self.duty = DutyCycler()
+        self.cgroup: Optional[CgroupThrottle] = None
+        self.mechanism: Optional[str] = None     # decided on first need
+        self.said: set = set()                   # things said once
+        self.next_sample = time.monotonic()      # first sample right away
+        self.cpus = None
+        try:
+            self.cpus, msg = stray_cpus.resolve(cfg.stray_cpus)
+            if msg:
+                self.log.info(msg)
+        except Exception as e:                   # never fatal: leave affinity alone
+            self.log.warn(f"--stray-cpus {cfg.stray_cpus}: {e}; affinity left alone")
+        if not HAVE_PIDFD:
+            self._once("nopidfd", "no pidfd support: signals to strays go through kill() "
+                                  "after a start-time check")
+        self.log.debug(f"budgets on: per stray {cfg.cpu_budget}, total {cfg.cpu_budget_total}, "
+                       f"action {cfg.budget_action}, every {cfg.budget_interval:g}s")
+
+    # --- Plugin protocol ---------------------------------------------------
+
+    def next_deadline(self) -> Optional[float]:
+        due = self.duty.next_deadline()
+        return self.next_sample if due is None else min(due, self.next_sample)
+
+    def tick(self, now: float) -> None:
+        if now >= self.next_sample:
+            self.next_sample += self.cfg.budget_interval
+            if self.next_sample <= now:
+                self.next_sample = now + self.cfg.budget_interval
+            self.sample(now)
+        if self.duty.members and self.draining:
+            self.duty.close(now)        # reaper drains everything: nothing may stay stopped
+            for t in self.tracked.values():
+                t.cycled = False
+        self.duty.step(time.monotonic())
+
+    def close(self) -> None:
+        now = time.monotonic()
+        self.duty.close(now)
+        if self.cgroup is not None:
+            left = self.cgroup.close()
+            if left:
+                self.log.warn(f"could not remove cgroup(s) {', '.join(left)}")
+        for t in self.tracked.values():
+            t.handle.close()
+        self.tracked.clear()
+
+    # --- one sample ----------------------------------------------------------
+
+    def _once(self, key: str, msg: str, level: str = "info") -> None:
+        if key not in self.said:
+            self.said.add(key)
+            getattr(self.log, level)(msg)
+
+    @property
+    def draining(self) -> bool:
+        return not getattr(self.scope, "watch", False) and self.scope.main_pid is None
+
+    def sample(self, now: float) -> None:
+        cfg = self.cfg
+        self.table.refresh(now, self.finder.reapers())
+        found = self.finder.find(self.table)
+
+        for key in [k for k in self.tracked if k not in found]:
+            self._drop(self.tracked.pop(key), now, alive=self.tracked_alive(key))
+        for key, stray in found.items():
+            if key in self.tracked:
+                self.tracked[key].comm = stray.comm     # it may have exec'd since
+            else:
+                try:
+                    self.tracked[key] = Tracked(key, stray, Handle(*key), now)
+                except Gone:
+                    continue
+                self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}")
+
+        window = cfg.budget_window
+        for key, t in list(self.tracked.items()):
+            try:
+                cpu = t.handle.cpu_seconds()
+            except Gone:
+                self._drop(self.tracked.pop(key), now, alive=False)
+                continue
+            if t.last_cpu is not None:
+                self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
+            t.last_cpu = cpu
+            run = now - t.since - self.duty.stopped_total(key, now)
+            t.hist.append((now, cpu, run))
+            while len(t.hist) > 2 and t.hist[1][0] <= now - window:
+                t.hist.popleft()
+            t0, c0, r0 = t.hist[0]
+            if now - t0 >= min(window, cfg.budget_interval) * 0.5 and len(t.hist) > 1:
+                t.rate = (cpu - c0) / (now - t0)
+                t.demand = (cpu - c0) / (run - r0) if run - r0 > 1e-3 else t.rate
+
+        self.stats.samples += 1
+        self.stats.strays = len(self.tracked)
+        if self.draining:
+            # reaper drains everything now: resume what is stopped and stand back.
+            self.duty.close(now)
+            for t in self.tracked.values():
+                t.cycled = False
+            self._publish()
+            return
+        self._enforce(now)
+        self._publish()
+
+    def tracked_alive(self, key) -> bool:
+        from reaper.proctable import read_stat
+
+        st = read_stat(key[0])
+        return st is not None and st[1] == key[1] and st[3] not in ("Z", "X")
+
+    def _enforce(self, now: float) -> None:
+        cfg = self.cfg
+        eligible = [t for t in self.tracked.values()
+                    if now - t.since >= cfg.budget_grace and t.rate is not None]
+        if self.cpus is not None:
+            for t in eligible:
+                if not t.pinned:
+                    self._act(t, "affinity", lambda h: h.set_affinity(self.cpus))
+                    t.pinned = True
+
+        # Per-stray budget.
+        over_one = set()
+        if cfg.cpu_budget is not None:
+            for t in eligible:
+                if self._over(t, cfg.cpu_budget, t.leaf if t.leaf and not t.leaf.endswith("/shared") else None):
+                    over_one.add(t.key)
+        # Total budget.
+        over_total = False
+        if cfg.cpu_budget_total is not None and eligible:
+            if self.cgroup is not None and any(t.leaf for t in eligible):
+                pressing = self.cgroup.pressing(self.cgroup.base)
+            else:
+                pressing = False
+            demand = sum(t.demand or 0.0 for t in eligible)
+            use = sum(t.rate or 0.0 for t in eligible)
+            cycled = any(t.cycled for t in eligible)
+            over_total = pressing or use > cfg.cpu_budget_total or \
+                (cycled and demand > cfg.cpu_budget_total * RELEASE)
+
+        total_share = {}
+        if over_total:
+            dsum = sum(max(t.demand or 0.0, 1e-3) for t in eligible)
+            for t in eligible:
+                total_share[t.key] = cfg.cpu_budget_total * max(t.demand or 0.0, 1e-3) / dsum
+
+        for t in self.tracked.values():
+            over = t.key in over_one or t.key in total_share
+            if over and not t.over:
+                self._violation(t, over_total and t.key not in over_one)
+            if not over:
+                t.over_since = None
+            t.over = over
+            if not over:
+                if t.cycled:
+                    self.duty.release(t.key, now)
+                    t.cycled = False
+                    self.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+                continue
+            if self.level >= 1 and not t.niced:
+                t.niced = True
+                if self._act(t, "nice", lambda h: h.renice(19)):
+                    t.action = "nice"
+                self._act(t, "sched_idle", lambda h: h.sched_idle())
+            if self.level >= 2:
+                budget = cfg.cpu_budget if t.key in over_one else None
+                share = total_share.get(t.key)
+                self._throttle(t, budget, share, now)
+            if self.level >= 3:
+                self._terminate(t, now)
+
+    def _over(self, t: Tracked, budget: float, leaf: Optional[str]) -> bool:
+        if leaf is not None and self.cgroup is not None:
+            # Capped by its own cgroup: over budget while it presses on the quota.
+            return self.cgroup.pressing(leaf) or (t.rate or 0.0) > budget * 1.05
+        if t.cycled:
+            return (t.demand or 0.0) > budget * RELEASE
+        return (t.rate or 0.0) > budget
+
+    def _violation(self, t: Tracked, total: bool) -> None:
+        cfg = self.cfg
+        t.over_since = time.monotonic()
+        self.stats.violations[cfg.budget_action] += 1
+        if t.action == "none":
+            t.action = "observe"
+        if total:
+            what = f"strays together over --cpu-budget-total {cfg.cpu_budget_total:g}"
+        else:
+            what = f"over --cpu-budget {cfg.cpu_budget:g}"
+        self.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) uses {t.rate or 0:.2f} cores, "
+                      f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
+
+    def _act(self, t: Tracked, action: str, fn) -> bool:
+        try:
+            fn(t.handle)
+        except Gone:
+            return False
+        except OSError as e:
+            self._once(f"fail-{action}", f"cannot apply {action} to stray {t.key[0]} ({t.comm}): "
+                                         f"{e.strerror}; going on without it", "warn")
+            return False
+        self.stats.actions[action] += 1
+        return True
+
+    # --- throttling --------------------------------------------------------
+
+    def _choose_mechanism(self) -> None:
+        if self.mechanism is not None:
+            return
+        try:
+            self.cgroup = CgroupThrottle.probe()
+            self.mechanism = self.cgroup.kind
+            if self.cfg.cpu_budget_total is not None:
+                self.cgroup.set_total(self.cfg.cpu_budget_total)
+            self.log.info(f"throttling strays with the {self.cgroup.kind.replace('_', ' ')} cpu controller "
+                          f"in {self.cgroup.base}")
+        except Unavailable as e:
+            self.mechanism = "sigstop"
+            self.log.info(f"{e}: throttling by SIGSTOP/SIGCONT")
+        except OSError as e:
+            self.mechanism = "sigstop"
+            self.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
+        self.stats.mechanism = self.mechanism
+
+    def _throttle(self, t: Tracked, budget: Optional[float], share: Optional[float], now: float) -> None:
+        self._choose_mechanism()
+        if self.cgroup is not None and not t.cycled:
+            want = "shared" if budget is None else f"s{t.key[0]}.{t.key[1]}"
+            if t.leaf is None or os.path.basename(t.leaf) != want:
+                try:
+                    d = self.cgroup.leaf(t.key, budget)
+                    t.handle.checked(lambda: self.cgroup.move(t.key[0], d))
+                    t.leaf = d
+                    t.action = "throttle"
+                    self.stats.actions["throttle_cgroup"] += 1
+                    self.cgroup.pressing(d)
+                    return
+                except Gone:
+                    return
+                except OSError as e:
+                    self._once("cgroup-move", f"cannot move stray {t.key[0]} into {self.cgroup.base} "
+                                              f"({e.strerror}): duty-cycling it instead", "warn")
+            else:
+                return
+        # Duty-cycling. It must run target/demand of the time (demand: cores it
+        # uses while running). Late wake-ups stop it late or resume it late, so the
+        # fraction asked for is corrected by the fraction it actually ran since the
+        # last sample (measured on the monotonic clock, not in CPU ticks).
+        target = min(x for x in (budget, share) if x is not None)
+        want = target / max(t.demand or 1.0, 1e-3)
+        if not t.cycled:
+            t.cycled = True
+            t.fraction = want
+            t.action = "throttle"
+            self.stats.actions["throttle_sigstop"] += 1
+        elif len(t.hist) >= 2:
+            (t0, _, r0), (t1, _, r1) = t.hist[-2], t.hist[-1]
+            ran = (r1 - r0) / (t1 - t0) if t1 > t0 else want
+            t.fraction += 0.5 * (want - ran)
+        t.fraction = min(1.0, max(0.01, t.fraction))
+        if self.log.enabled(3):
+            self.log.debug(f"stray {t.key[0]}: uses {t.rate or 0:.3f}, demand {t.demand or 0:.3f}, "
+                           f"target {target:.3f}: runs {t.fraction:.3f} of each period")
+        self.duty.set(t.key, t.handle, t.fraction, now)
+
+    # --- terminate ---------------------------------------------------------
+
+    def _terminate(self, t: Tracked, now: float) -> None:
+        if t.over_since is None or now - t.over_since < self.cfg.budget_kill_after:
+            return
+        try:
+            if t.term_at is None:
+                if t.cycled:
+                    self.duty.release(t.key, now)
+                    t.cycled = False
+                t.handle.signal(signal.SIGTERM)
+                t.handle.signal(signal.SIGCONT)      # a stopped process must run to exit
+                t.term_at = now
+                t.action = "terminate"
+                self.stats.actions["terminate"] += 1
+                self.log.warn(f"stray {t.key[0]} ({t.comm}) over budget for "
+                              f"{self.cfg.budget_kill_after:g}s: SIGTERM")
+            elif not t.killed and now - t.term_at >= self.cfg.grace:
+                t.handle.signal(signal.SIGKILL)
+                t.killed = True
+                t.action = "kill"
+                self.stats.actions["kill"] += 1
+                self.log.warn(f"stray {t.key[0]} ({t.comm}) still alive {self.cfg.grace:g}s after SIGTERM: SIGKILL")
+        except Gone:
+            pass
+
+    # --- bookkeeping ---------------------------------------------------------
+
+    def _drop(self, t: Tracked, now: float, alive: bool) -> None:
+        if alive:
+            self.duty.release(t.key, now)        # no longer a stray: let it run
+        else:
+            self.duty.forget(t.key)
+        if t.leaf is not None and self.cgroup is not None:
+            if alive:
+                try:
+                    t.handle.checked(lambda: self.cgroup.move(t.key[0], self.cgroup.parent))
+                except (Gone, OSError):
+                    pass
+            self.cgroup.drop_leaf(t.leaf)
+        t.handle.close()
+
+    def _publish(self) -> None:
+        self.stats.stray_list = [
+            {"pid": t.key[0], "name": t.comm, "cpu_cores": round(t.rate or 0.0, 3),
+             "action": t.action, "since": round(t.since_wall, 3)}
+            for t in sorted(self.tracked.values(), key=lambda t: -(t.rate or 0.0))
+        ]

@@ -1,0 +1,128 @@
+"""Acting on one process that was found earlier, never on a recycled pid.
+
+A Handle pins a process by (pid, start time). Signals go through a pidfd taken
+while the identity still held, so they can only reach that process; priority,
+scheduling class, affinity and cgroup moves have no pidfd form, so the identity
+is checked before and after each of them.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from typing import Callable, Optional
+
+from reaper.proctable import read_stat
+
+HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+
+
+class Gone(Exception):
+    """The process exited, or its pid now names another process."""
+
+
+class Handle:
+    def __init__(self, pid: int, start: int) -> None:
+        import psutil
+
+        self.pid = pid
+        self.start = start
+        try:
+            self.proc = psutil.Process(pid)
+        except psutil.Error:
+            raise Gone(pid) from None
+        # psutil read the start time of whatever held the pid at that moment:
+        # if it still matches the table, psutil pinned the process we found.
+        if not self.same():
+            raise Gone(pid)
+        self._pidfd: Optional[int] = None
+
+    def same(self) -> bool:
+        st = read_stat(self.pid)
+        return st is not None and st[1] == self.start and st[3] not in ("Z", "X")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU (psutil)."""
+        import psutil
+
+        try:
+            t = self.proc.cpu_times()
+        except psutil.Error:
+            raise Gone(self.pid) from None
+        return t.user + t.system
+
+    # --- signals ------------------------------------------------------------
+
+    def _fd(self) -> Optional[int]:
+        if self._pidfd is None and HAVE_PIDFD:
+            try:
+                fd = os.pidfd_open(self.pid)
+            except ProcessLookupError:
+                raise Gone(self.pid) from None
+            except OSError as e:
+                if e.errno in (errno.ENOSYS, errno.EINVAL):
+                    return None           # kernel without pidfds: the caller said so once
+                raise
+            if not self.same():           # the pidfd names whoever holds the pid now
+                os.close(fd)
+                raise Gone(self.pid)
+            self._pidfd = fd
+        return self._pidfd
+
+    def signal(self, signo: int) -> bool:
+        """Sends signo; True if sent through a pidfd, False through kill()."""
+        fd = self._fd()
+        try:
+            if fd is not None:
+                signal.pidfd_send_signal(fd, signo)
+                return True
+            if not self.same():
+                raise Gone(self.pid)
+            os.kill(self.pid, signo)
+            return False
+        except ProcessLookupError:
+            raise Gone(self.pid) from None
+
+    # --- priority, scheduling class, affinity --------------------------------
+
+    def _each_thread(self, fn: Callable[[int], None]) -> None:
+        """fn(tid) for every thread (nice, policy and affinity are per thread),
+        with the identity checked before and after."""
+        if not self.same():
+            raise Gone(self.pid)
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
+        except OSError:
+            raise Gone(self.pid) from None
+        for tid in tids:
+            try:
+                fn(tid)
+            except ProcessLookupError:
+                pass                      # that thread ended
+        if not self.same():
+            raise Gone(self.pid)
+
+    def renice(self, value: int = 19) -> None:
+        self._each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid, value))
+
+    def sched_idle(self) -> None:
+        self._each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
+
+    def set_affinity(self, cpus: frozenset) -> None:
+        self._each_thread(lambda tid: os.sched_setaffinity(tid, cpus))
+
+    def checked(self, fn: Callable[[], None]) -> None:
+        """fn() between two identity checks (cgroup moves)."""
+        if not self.same():
+            raise Gone(self.pid)
+        fn()
+        if not self.same():
+            raise Gone(self.pid)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            try:
+                os.close(self._pidfd)
+            except OSError:
+                pass
+            self._pidfd = None

@@ -1,0 +1,110 @@
+"""--stray-cpus: the CPUs strays may run on.
+
+``auto`` keeps strays off the CPUs that serve the network interfaces' interrupt
+queues. An interface's IRQs are those of its device (the MSI vectors under
+/sys/class/net/IF/device, or of the parent PCI function for virtio) and any
+/proc/interrupts line naming the interface; a CPU serves an IRQ if that IRQ's
+effective affinity includes it or, where that is unreadable, if it has taken
+any of its interrupts.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from reaper.options import parse_cpu_list
+
+
+def _nic_irqs() -> set:
+    irqs: set = set()
+    names = []
+    try:
+        ifaces = os.listdir("/sys/class/net")
+    except OSError:
+        return irqs
+    for iface in ifaces:
+        dev = f"/sys/class/net/{iface}/device"
+        if not os.path.exists(dev):
+            continue                     # lo, bridges, veth: no hardware queues
+        names += [iface, iface + "-"]
+        for d in (dev, os.path.join(dev, "..")):
+            try:
+                irqs.update(int(x) for x in os.listdir(os.path.join(d, "msi_irqs")))
+            except (OSError, ValueError):
+                pass
+        try:
+            irq = int(open(os.path.join(dev, "irq")).read())
+            if irq > 0:
+                irqs.add(irq)
+        except (OSError, ValueError):
+            pass
+        try:
+            # virtio-net's vectors are named after the virtio device, not the interface.
+            names.append(os.path.basename(os.path.realpath(dev)) + "-")
+        except OSError:
+            pass
+    try:
+        with open("/proc/interrupts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return irqs
+    for line in lines[1:]:
+        head, _, rest = line.partition(":")
+        fields = rest.split()
+        if not head.strip().isdigit() or not fields:
+            continue
+        label = fields[-1]
+        if any(label == n or (n.endswith("-") and label.startswith(n)) for n in names):
+            irqs.add(int(head))
+    return irqs
+
+
+def _serving_cpus(irqs: set) -> set:
+    cpus: set = set()
+    counts = {}
+    try:
+        with open("/proc/interrupts") as f:
+            lines = f.read().splitlines()
+        ncpu = len(lines[0].split())
+        for line in lines[1:]:
+            head, _, rest = line.partition(":")
+            if head.strip().isdigit():
+                counts[int(head)] = [int(x) for x in rest.split()[:ncpu] if x.isdigit()]
+    except (OSError, IndexError):
+        pass
+    for irq in irqs:
+        try:
+            with open(f"/proc/irq/{irq}/effective_affinity_list") as f:
+                cpus |= set(parse_cpu_list(f.read().strip()))
+            continue
+        except (OSError, ValueError):
+            pass
+        cpus |= {i for i, n in enumerate(counts.get(irq, ())) if n > 0}
+    return cpus
+
+
+def resolve(spec: Optional[str]) -> tuple:
+    """(cpus or None, message): None means leave affinity alone."""
+    if spec is None:
+        return None, ""
+    allowed = set(os.sched_getaffinity(0))
+    if spec != "auto":
+        cpus = set(parse_cpu_list(spec)) & allowed
+        if not cpus:
+            return None, f"--stray-cpus {spec}: none of these CPUs is available to reaper; affinity left alone"
+        return frozenset(cpus), f"strays confined to CPUs {_fmt(cpus)}"
+    irqs = _nic_irqs()
+    if not irqs:
+        return None, "--stray-cpus auto: no network interrupt queues found; affinity left alone"
+    serving = _serving_cpus(irqs)
+    cpus = allowed - serving
+    if not serving:
+        return None, "--stray-cpus auto: no CPU serves network interrupts; affinity left alone"
+    if not cpus:
+        return None, (f"--stray-cpus auto: every CPU ({_fmt(allowed)}) serves network interrupts; "
+                      "affinity left alone")
+    return frozenset(cpus), f"strays kept off CPUs {_fmt(serving)} (network interrupts): confined to {_fmt(cpus)}"
+
+
+def _fmt(cpus) -> str:
+    return ",".join(str(c) for c in sorted(cpus))

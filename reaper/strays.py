@@ -1,0 +1,108 @@
+"""Which processes are strays.
+
+A stray is a live process that is (1) outside the trees reaper keeps (the main
+child's and every supervised process's): an adopted orphan and everything
+below it; (2) with Ray-aware detection, below a Ray worker whose title is
+exactly ``ray::IDLE`` (its task returned, the child outlived it); (3) matched
+by --stray-match. Never: reaper itself, PID 1, a process entered from outside
+the namespace (ppid 0), Ray's own processes, anything matched by --protect.
+
+In ``reaper watch`` mode reaper is nobody's ancestor: the orphans are the
+processes re-parented to PID 1 of the namespace and everything below them.
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from reaper.proctable import ProcTable, read_cmdline, read_comm
+
+RAY_IDLE = "ray::IDLE"
+RAY_SYSTEM_COMMS = frozenset({"raylet", "gcs_server"})
+# Ray's Python daemons (dashboard, its agents, monitor, log monitor, client
+# server) and the `ray start` process itself.
+RAY_SYSTEM_CMDLINE = re.compile(
+    r"(^|\s|/)ray/(_private|autoscaler|dashboard|util/client)/\S*\.py(\s|$)"
+    r"|(^|/)ray start(\s|$)|/ray/core/src/ray/")
+
+
+class Stray(NamedTuple):
+    pid: int
+    start: int           # clock ticks after boot: (pid, start) is the identity
+    ppid: int
+    comm: str
+    cmdline: str
+    reason: str          # orphan | ray-idle | match
+
+
+class Finder:
+    def __init__(self, cfg, scope) -> None:
+        self.scope = scope
+        self.match = [re.compile(r) for r in cfg.stray_match]
+        self.protect = [re.compile(r) for r in cfg.protect]
+        self.ray_aware = cfg.ray_aware
+        self.ray_seen = False            # a raylet was found at some point
+
+    @property
+    def watch(self) -> bool:
+        return bool(getattr(self.scope, "watch", False))
+
+    def reapers(self) -> list:
+        """Processes whose children to re-read each sample: they adopt orphans."""
+        return [1] if self.watch else [self.scope.pid]
+
+    def find(self, table: ProcTable) -> dict:
+        """(pid, start) -> Stray for every stray in the table now."""
+        procs = table.procs
+        me = self.scope.pid
+        found: dict = {}                 # pid -> reason
+
+        if self.watch:
+            visible = None               # the whole namespace
+            roots = [p.pid for p in procs.values() if p.ppid == 1 and p.pid != me]
+        else:
+            keep = [self.scope.main_pid, *self.scope.supervised]
+            kept = table.descendants([k for k in keep if k is not None])
+            mine = table.descendants([me])
+            # As PID 1 the namespace is reaper's; as a subreaper, only its descendants.
+            visible = None if self.scope.is_pid1 else mine
+            roots = [c for c in table.children.get(me, ()) if c not in kept]
+        for pid in table.descendants(roots):
+            found[pid] = "orphan"
+
+        ray_system: set = set()
+        if self.ray_aware:
+            raylets = [p.pid for p in procs.values() if p.comm == "raylet"]
+            self.ray_seen = self.ray_seen or bool(raylets)
+            for r in raylets:
+                for w in table.children.get(r, ()):
+                    ray_system.add(w)    # Ray's workers and agents
+                    if visible is not None and w not in visible:
+                        continue
+                    # comm holds the title's first 15 characters; confirm on the full title.
+                    if read_comm(w) == RAY_IDLE and read_cmdline(w) == RAY_IDLE:
+                        for d in table.descendants(table.children.get(w, ())):
+                            found.setdefault(d, "ray-idle")
+
+        if self.match:
+            for p in procs.values():
+                if p.pid in found or (visible is not None and p.pid not in visible):
+                    continue
+                cmd = read_cmdline(p.pid)
+                if any(rx.search(cmd) for rx in self.match):
+                    found[p.pid] = "match"
+
+        strays = {}
+        for pid, reason in found.items():
+            p = procs.get(pid)
+            if p is None or pid == me or pid == 1 or p.ppid == 0 or pid in ray_system:
+                continue
+            if p.comm in RAY_SYSTEM_COMMS:
+                continue
+            cmd = read_cmdline(pid)
+            if not cmd:              # a zombie (or a kernel thread): nothing to budget
+                continue
+            if RAY_SYSTEM_CMDLINE.search(cmd) or any(rx.search(cmd) for rx in self.protect):
+                continue
+            strays[(pid, p.start)] = Stray(pid, p.start, p.ppid, read_comm(pid) or p.comm, cmd, reason)
+        return strays

@@ -1,0 +1,310 @@
+"""Hard CPU caps for strays: the cgroup CPU controller when reaper may create
+cgroups, SIGSTOP/SIGCONT duty-cycling otherwise.
+
+Cgroup layout, made on first need and removed at exit:
+    <reaper's own cpu cgroup>/reaper-strays.<id>/        quota: --cpu-budget-total (or none)
+        shared/                                          strays capped by the total only
+        s<pid>.<start>/                                  quota: --cpu-budget
+"""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import signal
+import time
+from typing import Optional
+
+PERIOD_US = 100_000          # CFS bandwidth period, the kernel's default
+DUTY_PERIOD = 0.1            # seconds per run/stop cycle (cpulimit uses 0.1 s too)
+MIN_FRACTION = 0.01
+
+
+class Unavailable(Exception):
+    """This mechanism cannot be used here; the message says why."""
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _mounts() -> list:
+    """(mount point, fstype, super options) of every cgroup mount."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _, rest = right.partition(" ")
+            if fstype in ("cgroup", "cgroup2"):
+                mnt = left.split()[4].replace("\\040", " ")
+                opts = rest.split()[1] if len(rest.split()) > 1 else ""
+                out.append((mnt, fstype, set(opts.split(","))))
+    return out
+
+
+def _own_paths() -> dict:
+    """controller ('' for v2) -> reaper's cgroup path."""
+    out = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            for c in ctrls.split(","):
+                out[c] = path
+    return out
+
+
+def _why(e: OSError, path: str) -> str:
+    if e.errno == errno.EROFS:
+        return f"{path} is read-only"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"{path} is not writable by uid {os.getuid()}"
+    return f"{path}: {e.strerror}"
+
+
+class CgroupThrottle:
+    """A cgroup (v1 cpu or v2) of reaper's own holding the capped strays."""
+
+    def __init__(self, version: int, parent: str) -> None:
+        self.version = version
+        self.kind = f"cgroup_v{version}"
+        self.parent = parent                     # reaper's own cgroup: strays go back here
+        self.base = os.path.join(parent, f"reaper-strays.{secrets.token_hex(4)}")
+        self.leaves: dict = {}                   # key -> leaf dir
+        self._throttled: dict = {}               # dir -> last throttled time seen
+
+    # --- setup -----------------------------------------------------------
+
+    @classmethod
+    def probe(cls) -> "CgroupThrottle":
+        """The first mechanism that works, v2 then v1; Unavailable says why none does."""
+        reasons = []
+        mounts = _mounts()
+        own = _own_paths()
+        for version in (2, 1):
+            if version == 2:
+                cands = [m for m in mounts if m[1] == "cgroup2"]
+                path = own.get("")
+            else:
+                cands = [m for m in mounts if m[1] == "cgroup" and "cpu" in m[2]]
+                path = own.get("cpu")
+            if not cands or path is None:
+                reasons.append(f"no cgroup v{version}{' cpu' if version == 1 else ''} hierarchy")
+                continue
+            parent = os.path.normpath(cands[0][0] + "/" + path)
+            t = cls(version, parent)
+            try:
+                t._create()
+                return t
+            except Unavailable as e:
+                reasons.append(f"cgroup v{version}: {e}")
+        raise Unavailable("; ".join(reasons))
+
+    def _create(self) -> None:
+        if self.version == 2:
+            try:
+                ctrls = _read(os.path.join(self.parent, "cgroup.controllers")).split()
+            except OSError as e:
+                raise Unavailable(_why(e, self.parent)) from None
+            if "cpu" not in ctrls:
+                raise Unavailable(f"cpu controller not delegated to {self.parent}")
+            try:
+                if "cpu" not in _read(os.path.join(self.parent, "cgroup.subtree_control")).split():
+                    _write(os.path.join(self.parent, "cgroup.subtree_control"), "+cpu")
+            except OSError as e:
+                # EBUSY: the no-internal-processes rule (reaper's cgroup holds processes).
+                raise Unavailable(f"cannot enable cpu below {self.parent}: {e.strerror}") from None
+        try:
+            os.mkdir(self.base)
+        except OSError as e:
+            raise Unavailable(_why(e, self.parent)) from None
+        try:
+            if self.version == 2:
+                _write(os.path.join(self.base, "cgroup.subtree_control"), "+cpu")
+            else:
+                _write(os.path.join(self.base, "cpu.cfs_period_us"), str(PERIOD_US))
+            self._set_quota(self.base, None)
+        except OSError as e:
+            self._rmdir(self.base)
+            raise Unavailable(f"{self.base}: {e.strerror}") from None
+
+    def _set_quota(self, d: str, cores: Optional[float]) -> None:
+        quota = -1 if cores is None else max(1000, int(cores * PERIOD_US))
+        if self.version == 2:
+            _write(os.path.join(d, "cpu.max"), f"{'max' if quota < 0 else quota} {PERIOD_US}")
+        else:
+            if quota >= 0:
+                _write(os.path.join(d, "cpu.cfs_period_us"), str(PERIOD_US))
+            _write(os.path.join(d, "cpu.cfs_quota_us"), str(quota))
+
+    # --- use -------------------------------------------------------------
+
+    def set_total(self, cores: Optional[float]) -> None:
+        self._set_quota(self.base, cores)
+
+    def leaf(self, key: tuple, cores: Optional[float]) -> str:
+        name = "shared" if cores is None else f"s{key[0]}.{key[1]}"
+        d = os.path.join(self.base, name)
+        if not os.path.isdir(d):
+            os.mkdir(d)
+            if self.version == 1:
+                _write(os.path.join(d, "cpu.cfs_period_us"), str(PERIOD_US))
+        self._set_quota(d, cores)
+        return d
+
+    def move(self, pid: int, d: str) -> None:
+        _write(os.path.join(d, "cgroup.procs"), str(pid))
+
+    def pressing(self, d: str) -> bool:
+        """True if the cgroup hit its quota since the last call."""
+        try:
+            for line in _read(os.path.join(d, "cpu.stat")).splitlines():
+                k, _, v = line.partition(" ")
+                if k in ("throttled_time", "throttled_usec"):
+                    last = self._throttled.get(d)
+                    self._throttled[d] = int(v)
+                    return last is not None and int(v) > last
+        except OSError:
+            pass
+        return False
+
+    def drop_leaf(self, d: str) -> None:
+        self._throttled.pop(d, None)
+        if os.path.basename(d) != "shared":
+            self._rmdir(d)
+
+    @staticmethod
+    def _rmdir(d: str) -> bool:
+        try:
+            os.rmdir(d)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+    def close(self) -> list:
+        """Moves any process still inside back to reaper's own cgroup, removes
+        every cgroup made; returns the directories that could not be removed."""
+        left = []
+        try:
+            dirs = [os.path.join(self.base, n) for n in os.listdir(self.base)
+                    if os.path.isdir(os.path.join(self.base, n))] + [self.base]
+        except OSError:
+            return []
+        for d in dirs:
+            for _ in range(3):
+                try:
+                    pids = _read(os.path.join(d, "cgroup.procs")).split()
+                except OSError:
+                    pids = []
+                for pid in pids:
+                    try:
+                        self.move(int(pid), self.parent)
+                    except OSError:
+                        pass
+                if self._rmdir(d):
+                    break
+                time.sleep(0.01)       # a process moved out may take a moment to leave
+            else:
+                left.append(d)
+        return left
+
+
+class DutyCycler:
+    """cpulimit's method: in every DUTY_PERIOD a throttled stray runs for its
+    fraction, then is stopped until the next period. All members share one
+    period, so the loop wakes at most 1 + len(members) times per period."""
+
+    def __init__(self) -> None:
+        self.members: dict = {}        # key -> Member
+        self.period_start = 0.0
+
+    class Member:
+        __slots__ = ("handle", "fraction", "stopped_at", "stopped_total")
+
+        def __init__(self, handle) -> None:
+            self.handle = handle
+            self.fraction = 1.0
+            self.stopped_at: Optional[float] = None
+            self.stopped_total = 0.0   # seconds this stray spent stopped by us
+
+    def set(self, key: tuple, handle, fraction: float, now: float) -> None:
+        m = self.members.get(key)
+        if m is None:
+            m = self.members[key] = self.Member(handle)
+            if len(self.members) == 1:
+                self.period_start = now
+        m.fraction = min(1.0, max(MIN_FRACTION, fraction))
+
+    def stopped_total(self, key: tuple, now: float) -> float:
+        m = self.members.get(key)
+        if m is None:
+            return 0.0
+        return m.stopped_total + (now - m.stopped_at if m.stopped_at is not None else 0.0)
+
+    def release(self, key: tuple, now: float) -> None:
+        """Stops duty-cycling key; resumes it if it is stopped."""
+        m = self.members.pop(key, None)
+        if m is not None and m.stopped_at is not None:
+            self._cont(m, now)
+
+    def forget(self, key: tuple) -> None:
+        self.members.pop(key, None)
+
+    def _cont(self, m, now: float) -> None:
+        from reaper.procctl import Gone
+
+        m.stopped_total += now - m.stopped_at
+        m.stopped_at = None
+        try:
+            m.handle.signal(signal.SIGCONT)
+        except Gone:
+            pass
+
+    def next_deadline(self) -> Optional[float]:
+        if not self.members:
+            return None
+        end = self.period_start + DUTY_PERIOD
+        due = end
+        for m in self.members.values():
+            if m.stopped_at is None and m.fraction < 1.0:
+                due = min(due, self.period_start + m.fraction * DUTY_PERIOD)
+        return due
+
+    def step(self, now: float) -> None:
+        from reaper.procctl import Gone
+
+        if not self.members:
+            return
+        if now >= self.period_start + DUTY_PERIOD:
+            # Keep the cadence unless the loop fell far behind.
+            self.period_start += DUTY_PERIOD
+            if now - self.period_start >= DUTY_PERIOD:
+                self.period_start = now
+            for m in self.members.values():
+                if m.stopped_at is not None:
+                    self._cont(m, now)
+        gone = []
+        for key, m in self.members.items():
+            if m.stopped_at is None and m.fraction < 1.0 \
+                    and now >= self.period_start + m.fraction * DUTY_PERIOD:
+                try:
+                    m.handle.signal(signal.SIGSTOP)
+                    m.stopped_at = now
+                except Gone:
+                    gone.append(key)
+        for key in gone:
+            self.members.pop(key, None)
+
+    def close(self, now: float) -> None:
+        for key in list(self.members):
+            self.release(key, now)

@@ -1,0 +1,381 @@
+"""Helpers for the CPU budget tests: busy processes, /proc measurements, a
+read-only cgroup filesystem, and an in-process harness (run as PID 1 of its own
+namespace) for what only the enforcer itself can show: resume at close, and a
+recycled pid that must not be hit.
+
+    python tests/budget_helpers.py close-resumes | recycled-pid   (under unshare)
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = sys.executable
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def marker() -> str:
+    return "m" + uuid.uuid4().hex[:12]
+
+
+def busy_code(tag: str, ignore_term: bool = False, seconds: float = 0) -> str:
+    """A busy loop whose argv carries tag (so the test can find it)."""
+    lines = ["import signal, sys, time"]
+    if ignore_term:
+        lines.append("signal.signal(signal.SIGTERM, signal.SIG_IGN)")
+    if seconds:
+        lines.append(f"end = time.monotonic() + {seconds}")
+        lines.append("while time.monotonic() < end: pass")
+    else:
+        lines.append("while True: pass")
+    return "\n".join(lines)
+
+
+def busy_argv(tag: str, **kw) -> str:
+    """Shell words running busy_code, tagged."""
+    code = busy_code(tag, **kw).replace("'", "'\\''")
+    return f"{PYTHON} -c '{code}' {tag}"
+
+
+def orphans_then_sleep(*busy: str, main_extra: str = "") -> list:
+    """Main child: starts each busy command as an orphan (its parent subshell exits
+    at once), then runs main_extra in the foreground and sleeps."""
+    parts = [f"( {b} & )" for b in busy]
+    if main_extra:
+        parts.append(main_extra)
+    parts.append("exec sleep 600")
+    return ["sh", "-c", "\n".join(parts)]
+
+
+def pids_tagged(tag: str) -> list:
+    """Host pids of live processes whose argv ends with tag."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if tag.encode() in argv[-2:] and b"-c" in argv:
+            out.append(int(d))
+    return out
+
+
+def descendants(pid: int) -> list:
+    """Host pids below pid (via /proc/PID/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def stat(pid: int) -> dict:
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rfind(")") + 2:].split()
+    return {"state": fields[0], "ppid": int(fields[1]), "cpu": (int(fields[11]) + int(fields[12])) / TICK,
+            "nice": int(fields[16]), "start": int(fields[19])}
+
+
+def proc_uid(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    return -1
+
+
+def cpu_rate(pids: list, seconds: float) -> float:
+    """Cores used by pids together over the next `seconds` (utime+stime from /proc)."""
+    def total():
+        s = 0.0
+        for p in pids:
+            try:
+                s += stat(p)["cpu"]
+            except OSError:
+                pass
+        return s
+    c0, t0 = total(), time.monotonic()
+    time.sleep(seconds)
+    return (total() - c0) / (time.monotonic() - t0)
+
+
+def idle_class() -> None:
+    """preexec_fn: nice 19 and SCHED_IDLE, as reaper makes a stray it throttles."""
+    os.nice(19)
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def rate_with_control(pids: list, seconds: float) -> tuple:
+    """(cores used by pids, cores used by an unthrottled busy loop of the same
+    scheduling class over the same time): what the strays could have had."""
+    control = subprocess.Popen([PYTHON, "-c", busy_code("control")], preexec_fn=idle_class)
+    try:
+        time.sleep(0.2)
+        c0 = stat(control.pid)["cpu"]
+        t0 = time.monotonic()
+        rate = cpu_rate(pids, seconds)
+        control_rate = (stat(control.pid)["cpu"] - c0) / (time.monotonic() - t0)
+    finally:
+        control.kill()
+        control.wait()
+    return rate, control_rate
+
+
+def cpu_cgroup(pid: int) -> str:
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "cpu" in ctrls.split(","):
+                return path
+    return ""
+
+
+def remove_cgroup(base: str) -> None:
+    """Moves what is left in base (and its leaves) to the parent, removes them."""
+    if not os.path.isdir(base):
+        return
+    parent = os.path.dirname(base)
+    leaves = [os.path.join(base, n) for n in os.listdir(base) if os.path.isdir(os.path.join(base, n))]
+    for d in leaves + [base]:
+        try:
+            for pid in open(os.path.join(d, "cgroup.procs")).read().split():
+                with open(os.path.join(parent, "cgroup.procs"), "w") as f:
+                    f.write(pid)
+        except OSError:
+            pass
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def summary(path) -> dict:
+    with open(path) as f:
+        return json.loads(f.read())
+
+
+# --- a read-only cgroup filesystem (the normal case in a Kubernetes pod) ------
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+
+
+def readonly_cgroups() -> None:
+    """preexec_fn: a mount namespace of its own where every cgroup mount is
+    read-only (bind-remounted ro). Runs in the forked child before exec."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            mnt, fstype = left.split()[4], right.split()[0]
+            if fstype in ("cgroup", "cgroup2") or mnt == "/sys/fs/cgroup":
+                points.append(mnt)
+    for mnt in points:
+        m = mnt.encode()
+        if libc.mount(m, m, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None) != 0:
+            raise OSError(ctypes.get_errno(), f"remount {mnt} read-only")
+
+
+def v2_cpu_delegated() -> str:
+    """'' if a writable cgroup v2 hierarchy delegates the cpu controller to us, else why not."""
+    own = None
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            if line.startswith("0::"):
+                own = line.rstrip("\n")[3:]
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[0] == "cgroup2":
+                mounts.append(left.split()[4])
+    if not mounts or own is None:
+        return "no cgroup v2 hierarchy on this machine"
+    d = os.path.normpath(mounts[0] + "/" + own)
+    try:
+        ctrls = open(os.path.join(d, "cgroup.controllers")).read().split()
+    except OSError as e:
+        return f"{d}: {e.strerror}"
+    if "cpu" not in ctrls:
+        return f"the cgroup v2 hierarchy at {d} has no cpu controller (controllers: {ctrls or 'none'})"
+    if not os.access(d, os.W_OK):
+        return f"{d} is not writable"
+    return ""
+
+
+# --- the in-process harness ----------------------------------------------------
+
+def _enforcer(args: list, main_pid: int):
+    from types import SimpleNamespace
+
+    from reaper import budget, options
+    from reaper.log import Log
+    from reaper.stats import BudgetStats
+
+    cfg = options.parse([*args, "--", "true"])
+    scope = SimpleNamespace(pid=os.getpid(), is_pid1=os.getpid() == 1, main_pid=main_pid,
+                            supervised=set(), watch=False)
+    return budget.Enforcer(cfg, Log(3), BudgetStats(), scope)
+
+
+def _run_until(enf, pred, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        due = enf.next_deadline()
+        time.sleep(max(0.0, min(0.05, due - time.monotonic())))
+        now = time.monotonic()
+        if enf.next_deadline() <= now:
+            enf.tick(now)
+        _reap()
+        if pred():
+            return True
+    return False
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def close_resumes() -> dict:
+    """A stray duty-cycled by SIGSTOP/SIGCONT is running again after close()."""
+    main = subprocess.Popen(["sleep", "600"])
+    stray = subprocess.Popen([PYTHON, "-c", busy_code("x")])
+    enf = _enforcer(["--cpu-budget", "0.2", "--budget-grace", "0", "--budget-window", "1",
+                     "--budget-interval", "0.2", "--budget-action", "throttle"], main.pid)
+    seen_stopped = _run_until(enf, lambda: stat(stray.pid)["state"] == "T", 15)
+    mechanism = enf.stats.mechanism
+    # Close at a moment it is stopped (the duty cycle just stopped it).
+    enf.close()
+    time.sleep(0.3)
+    states = set()
+    c0 = stat(stray.pid)["cpu"]
+    for _ in range(20):
+        states.add(stat(stray.pid)["state"])
+        time.sleep(0.02)
+    ran = stat(stray.pid)["cpu"] - c0
+    stray.kill()
+    main.kill()
+    _reap()
+    return {"seen_stopped": seen_stopped, "mechanism": mechanism, "states_after": sorted(states),
+            "cpu_after": ran, "actions": dict(enf.stats.actions)}
+
+
+def recycled_pid() -> dict:
+    """Pins a process, lets it die, brings its pid back in a new process, then
+    tries every action through the stale handle: each must refuse."""
+    from reaper import procctl
+    from reaper.throttle import DutyCycler
+
+    # A small pid space so the pid comes around after a few hundred forks.
+    # (After a wrap the kernel hands out pids from 300 up: the pid must be above.)
+    with open("/proc/sys/kernel/pid_max", "w") as f:
+        f.write("400")
+    while True:
+        filler = subprocess.Popen(["true"])
+        filler.wait()
+        if filler.pid >= 310:
+            break
+    old = subprocess.Popen(["sleep", "600"])
+    start = stat(old.pid)["start"]
+    early = procctl.Handle(old.pid, start)        # takes its pidfd while the process lives
+    early_fd = early._fd() is not None
+    late = procctl.Handle(old.pid, start)         # will open its pidfd only after the pid is reused
+    duty = DutyCycler()
+    duty.set((old.pid, start), procctl.Handle(old.pid, start), 0.01, time.monotonic())
+    old.kill()
+    old.wait()
+
+    target, new, forks = old.pid, None, 0
+    while forks < 4000:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            if os.getpid() == target:
+                os.write(w, b"1")
+                os.execvp("sleep", ["sleep", "600"])
+            os._exit(0)
+        os.close(w)
+        forks += 1
+        got = os.read(r, 1)
+        os.close(r)
+        if pid == target:
+            assert got == b"1"
+            new = pid
+            break
+        os.waitpid(pid, 0)
+    if new is None:
+        return {"reused": False, "forks": forks}
+    time.sleep(0.1)                               # let the new process reach sleep
+    before = stat(new)
+    results = {}
+    for name, handle, fn in (
+            ("signal_via_early_pidfd", early, lambda h: h.signal(signal.SIGKILL)),
+            ("signal_via_late_pidfd", late, lambda h: h.signal(signal.SIGSTOP)),
+            ("renice", late, lambda h: h.renice(19)),
+            ("sched_idle", late, lambda h: h.sched_idle()),
+            ("affinity", late, lambda h: h.set_affinity(frozenset({0}))),
+            ("cgroup_move", late, lambda h: h.checked(lambda: (_ for _ in ()).throw(AssertionError("ran")))),
+    ):
+        try:
+            fn(handle)
+            results[name] = "acted"
+        except procctl.Gone:
+            results[name] = "refused"
+        except AssertionError:
+            results[name] = "acted"
+    now = time.monotonic()
+    duty.step(now + 1.0)                          # a new period starts...
+    duty.step(now + 1.05)                         # ...and its member is due to be stopped
+    after = stat(new)
+    alive = after["state"] != "Z"
+    policy_other = os.sched_getscheduler(new) == os.SCHED_OTHER
+    affinity = sorted(os.sched_getaffinity(new))
+    os.kill(new, signal.SIGKILL)
+    os.waitpid(new, 0)
+    return {"reused": True, "forks": forks, "early_fd": early_fd, "results": results,
+            "new_state": after["state"], "new_nice": after["nice"], "alive": alive,
+            "new_start_differs": before["start"] != start,
+            "new_policy_other": policy_other,
+            "new_affinity": affinity, "all_cpus": sorted(os.sched_getaffinity(0)), "duty_members": len(duty.members)}
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(HERE))
+    what = sys.argv[1]
+    out = {"close-resumes": close_resumes, "recycled-pid": recycled_pid}[what]()
+    print(json.dumps(out), flush=True)

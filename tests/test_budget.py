@@ -1,0 +1,377 @@
+"""CPU budgets for strays: real busy processes under reaper as PID 1 of a fresh
+PID namespace, measured from /proc.
+
+CPU is shared with other work on the machine, so rates are compared with the
+budget within +-20% over a window of several seconds, and waits are bounded.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import PYTHON, Reaper, run_reaper, wait_for
+import budget_helpers as bh
+
+FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
+ROOT = os.geteuid() == 0
+V1_CPU = "/sys/fs/cgroup/cpu"
+
+
+@pytest.fixture
+def reaper():
+    """conftest's factory, plus: a reaper killed by a failing test cannot remove
+    the cgroups it made; remove them here (found in its log)."""
+    started = []
+
+    def start(args, **kw):
+        r = Reaper(args, **kw)
+        started.append(r)
+        return r
+    yield start
+    for r in started:
+        r.kill()
+        for base in set(re.findall(r"in (/sys/fs/cgroup/\S+/reaper-strays\.[0-9a-f]+)", r.stderr or "")):
+            bh.remove_cgroup(base)
+
+
+def _v1_writable() -> bool:
+    return ROOT and os.path.isdir(V1_CPU) and os.access(V1_CPU, os.W_OK) \
+        and os.path.exists(os.path.join(V1_CPU, "cpu.cfs_quota_us"))
+
+
+def start(reaper, args, command, **kw) -> Reaper:
+    r = reaper([*args, "--", *command], **kw)
+    r.wait_ready()
+    return r
+
+
+def tagged(tag, n=1, timeout=30.0) -> list:
+    return wait_for(lambda: (lambda p: p if len(p) >= n else None)(bh.pids_tagged(tag)), timeout,
+                    what=f"{n} process(es) tagged {tag}")
+
+
+def stop(r: Reaper, timeout=30.0) -> int:
+    r.send(signal.SIGTERM)
+    return r.wait(timeout)
+
+
+def assert_rate_near(pids, budget, seconds=6.0):
+    rate = bh.cpu_rate(pids, seconds)
+    assert budget * 0.8 <= rate <= budget * 1.2, f"{rate:.3f} cores, budget {budget}"
+    return rate
+
+
+# --- detection and the nice step ---------------------------------------------
+
+def test_orphaned_busy_loop_is_niced_and_sched_idle(reaper, tmp_path):
+    tag = bh.marker()
+    summary = tmp_path / "summary.json"
+    r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(bh.busy_argv(tag)))
+    (pid,) = tagged(tag)
+    wait_for(lambda: bh.stat(pid)["nice"] == 19, 30, what="stray reniced to 19")
+    assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+    assert bh.stat(pid)["ppid"] == r.pid              # an adopted orphan indeed
+    assert bh.stat(pid)["state"] != "T"               # nice never stops anything
+    assert stop(r) == 143
+    assert re.search(r"WARN stray \d+ \(python\S*, orphan\) uses [\d.]+ cores, over --cpu-budget 0.02 .*: nice",
+                     r.stderr), r.stderr
+    s = bh.summary(summary)
+    assert s["budget_actions"] == {"nice": 1, "sched_idle": 1}
+    assert s["strays"] == 1 and s["stray_cpu_seconds"] > 0
+
+
+def test_observe_only_logs(reaper, tmp_path):
+    tag = bh.marker()
+    summary = tmp_path / "summary.json"
+    r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "observe", "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(bh.busy_argv(tag)))
+    (pid,) = tagged(tag)
+    c0 = bh.stat(pid)["cpu"]
+    wait_for(lambda: bh.stat(pid)["cpu"] - c0 > 4, 30, 0.1, what="stray to burn well past grace + window")
+    assert bh.stat(pid)["nice"] == 0 and os.sched_getscheduler(pid) == os.SCHED_OTHER
+    assert stop(r) == 143
+    assert r.stderr.count("over --cpu-budget 0.02") == 1, r.stderr   # one line per violation
+    assert bh.summary(summary)["budget_actions"] == {}
+
+
+# --- throttling: cgroup v1, duty-cycling, cgroup v2 --------------------------
+
+@pytest.mark.skipif(not _v1_writable(), reason="needs root and a writable cgroup v1 cpu hierarchy")
+def test_throttle_cgroup_v1_holds_budget_and_cleans_up(reaper, tmp_path):
+    tag = bh.marker()
+    summary = tmp_path / "summary.json"
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "throttle", "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(bh.busy_argv(tag)))
+    (pid,) = tagged(tag)
+    cg = wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(bh.cpu_cgroup(pid)), 30,
+                  what="stray moved into reaper's cgroup")
+    base = V1_CPU + cg.rsplit("/", 1)[0]
+    assert open(V1_CPU + cg + "/cpu.cfs_quota_us").read().strip() == "10000"
+    assert_rate_near([pid], 0.1)
+    assert bh.stat(pid)["state"] != "T"               # capped by the kernel, never stopped
+    assert stop(r) == 143
+    assert "throttling strays with the cgroup v1 cpu controller" in r.stderr
+    assert not os.path.exists(base), f"{base} left behind"
+    s = bh.summary(summary)
+    assert s["budget_actions"]["throttle_cgroup"] == 1 and "throttle_sigstop" not in s["budget_actions"]
+
+
+def test_throttle_by_sigstop_when_cgroupfs_read_only(reaper, tmp_path):
+    tag = bh.marker()
+    summary = tmp_path / "summary.json"
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "throttle", "--grace", "3",
+                       "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(bh.busy_argv(tag, ignore_term=True)), preexec_fn=bh.readonly_cgroups)
+    (pid,) = tagged(tag)
+    wait_for(lambda: bh.stat(pid)["state"] == "T", 30, what="stray stopped by duty-cycling")
+    time.sleep(2)                       # let the duty cycle settle
+    assert bh.cpu_cgroup(pid) == bh.cpu_cgroup(os.getpid()) or "reaper-strays" not in bh.cpu_cgroup(pid)
+    assert_rate_near([pid], 0.1)
+    # The drain resumes it (it ignores SIGTERM) and nothing stops it again.
+    r.send(signal.SIGTERM)
+    time.sleep(0.3)
+    states = set()
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            states.add(bh.stat(pid)["state"])
+        except OSError:
+            break
+        time.sleep(0.01)
+    assert "T" not in states, states
+    assert r.wait(30) == 143
+    assert re.search(r"/sys/fs/cgroup/cpu is read-only: throttling by SIGSTOP/SIGCONT", r.stderr), r.stderr
+    assert r.stderr.count("throttling by SIGSTOP/SIGCONT") == 1          # said once
+    s = bh.summary(summary)
+    assert s["budget_actions"]["throttle_sigstop"] == 1
+
+
+def test_stopped_stray_resumed_at_close(tmp_path):
+    """The enforcer's close() (run at reaper's exit) resumes a stray it stopped."""
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PYTHON,
+                          bh.__file__, "close-resumes"], preexec_fn=bh.readonly_cgroups,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = __import__("json").loads(out.stdout)
+    assert res["mechanism"] == "sigstop"
+    assert res["seen_stopped"], res
+    # Runnable again (whether it gets CPU at SCHED_IDLE depends on the machine's load).
+    assert res["states_after"] and "T" not in res["states_after"], res
+
+
+def test_throttle_cgroup_v2():
+    why = bh.v2_cpu_delegated()
+    if why:
+        pytest.skip(f"no delegated, writable cgroup v2 cpu hierarchy: {why}")
+    tag = bh.marker()
+    r = Reaper(["--cpu-budget", "0.1", "--budget-action", "throttle", *FAST, "--",
+                *bh.orphans_then_sleep(bh.busy_argv(tag))])
+    try:
+        (pid,) = tagged(tag)
+        wait_for(lambda: "reaper-strays." in open(f"/proc/{pid}/cgroup").read(), 30, what="moved into cgroup")
+        assert_rate_near([pid], 0.1)
+        assert stop(r) == 143
+        assert "cgroup v2 cpu controller" in r.stderr
+    finally:
+        r.kill()
+
+
+# --- the total budget ----------------------------------------------------------
+
+@pytest.mark.parametrize("mechanism", ["cgroup_v1", "sigstop"])
+def test_total_budget_holds_with_several_strays(reaper, tmp_path, mechanism):
+    if mechanism == "cgroup_v1" and not _v1_writable():
+        pytest.skip("needs root and a writable cgroup v1 cpu hierarchy")
+    tag = bh.marker()
+    summary = tmp_path / "summary.json"
+    kw = {"preexec_fn": bh.readonly_cgroups} if mechanism == "sigstop" else {}
+    r = start(reaper, ["--cpu-budget-total", "0.15", "--budget-action", "throttle",
+                       "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(*[bh.busy_argv(tag)] * 3), **kw)
+    pids = tagged(tag, 3)
+    wait_for(lambda: sum(1 for p in pids if "reaper-strays" in bh.cpu_cgroup(p) or bh.stat(p)["state"] == "T") >= 1,
+             30, what="strays throttled")
+    time.sleep(2)                       # let the fractions settle
+    assert_rate_near(pids, 0.15)
+    assert stop(r) == 143
+    s = bh.summary(summary)
+    assert s["strays"] == 3
+    key = "throttle_cgroup" if mechanism == "cgroup_v1" else "throttle_sigstop"
+    assert s["budget_actions"][key] >= 3, s    # again after each release
+    assert "--cpu-budget-total 0.15" in r.stderr
+
+
+# --- terminate -----------------------------------------------------------------
+
+def test_terminate_after_kill_after_then_sigkill(reaper, tmp_path):
+    polite, stubborn = bh.marker(), bh.marker()
+    summary = tmp_path / "summary.json"
+    r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "terminate", "--budget-kill-after", "2",
+                       "--grace", "1", "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(bh.busy_argv(polite), bh.busy_argv(stubborn, ignore_term=True)))
+    (p1,) = tagged(polite)
+    (p2,) = tagged(stubborn)
+    main = r.main_child()
+    t0 = time.monotonic()
+    wait_for(lambda: not bh.pids_tagged(polite) and not bh.pids_tagged(stubborn), 30,
+             what="both strays to be terminated")
+    assert time.monotonic() - t0 >= 2.0                    # not before --budget-kill-after
+    assert bh.stat(main)["state"] in "SR"                  # the main child runs on
+    assert stop(r) == 143
+    s = bh.summary(summary)
+    assert s["budget_actions"]["terminate"] == 2 and s["budget_actions"]["kill"] == 1, s
+    assert re.search(r"stray \d+ \(python\S*\) still alive 1s after SIGTERM: SIGKILL", r.stderr), r.stderr
+
+
+# --- what is never touched -----------------------------------------------------
+
+def test_main_tree_protected_and_short_lived_untouched(reaper, tmp_path):
+    control, inside, guarded, brief = bh.marker(), bh.marker(), bh.marker(), bh.marker()
+    summary = tmp_path / "summary.json"
+    # Short-lived orphans: a loop that keeps leaving 1 s busy orphans behind.
+    brief_loop = f"( for i in 1 2 3 4 5 6 7 8; do ( {bh.busy_argv(brief, seconds=1)} & ); sleep 0.7; done & )"
+    r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--budget-grace", "2.5",
+                       "--budget-window", "1", "--budget-interval", "0.25", "--protect", guarded,
+                       "--summary-file", str(summary)],
+              bh.orphans_then_sleep(bh.busy_argv(control), bh.busy_argv(guarded), brief_loop,
+                                    main_extra=f"{bh.busy_argv(inside)} &"))
+    (pc,) = tagged(control)
+    (pi,) = tagged(inside)
+    (pg,) = tagged(guarded)
+    assert bh.stat(pi)["ppid"] != r.pid                   # inside the main tree
+    wait_for(lambda: bh.stat(pc)["nice"] == 19, 20, what="the control stray to be niced")
+    seen_brief = set()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for p in bh.pids_tagged(brief):
+            seen_brief.add(p)
+            try:
+                assert bh.stat(p)["nice"] == 0, "a short-lived orphan was reniced"
+            except OSError:
+                pass
+        time.sleep(0.05)
+    assert len(seen_brief) >= 3
+    for p in (pi, pg):
+        assert bh.stat(p)["nice"] == 0 and os.sched_getscheduler(p) == os.SCHED_OTHER
+    assert stop(r) == 143
+    s = bh.summary(summary)
+    assert s["budget_actions"] == {"nice": 1, "sched_idle": 1}, s     # the control only
+
+
+def test_stray_match_selects_main_tree_process(reaper, tmp_path):
+    inside, other = bh.marker(), bh.marker()
+    r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--stray-match", inside, *FAST],
+              ["sh", "-c", f"{bh.busy_argv(inside)} & {bh.busy_argv(other)} & exec sleep 600"])
+    (pi,) = tagged(inside)
+    (po,) = tagged(other)
+    wait_for(lambda: bh.stat(pi)["nice"] == 19, 30, what="the matched process to be niced")
+    assert bh.stat(po)["nice"] == 0
+    assert stop(r) == 143
+    assert re.search(r"stray \d+ \(python\S*, match\)", r.stderr), r.stderr
+
+
+# --- unprivileged ---------------------------------------------------------------
+
+@pytest.mark.skipif(not ROOT, reason="needs root to start reaper as uid 1000")
+def test_unprivileged_nice_sched_idle_and_sigstop(reaper, tmp_path):
+    tag = bh.marker()
+    shared = tempfile.mkdtemp(prefix="reaper-budget-")     # reachable by uid 1000
+    os.chmod(shared, 0o777)
+    summary = os.path.join(shared, "summary.json")
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "throttle", "--summary-file", str(summary),
+                       *FAST], bh.orphans_then_sleep(bh.busy_argv(tag)), user=1000)
+    (pid,) = tagged(tag)
+    assert bh.proc_uid(pid) == 1000
+    wait_for(lambda: bh.stat(pid)["state"] == "T", 30, what="stray stopped by duty-cycling")
+    time.sleep(2)                       # let the duty cycle settle
+    assert bh.stat(pid)["nice"] == 19 and os.sched_getscheduler(pid) == os.SCHED_IDLE
+    assert_rate_near([pid], 0.1)
+    assert stop(r) == 143
+    assert "not writable by uid 1000: throttling by SIGSTOP/SIGCONT" in r.stderr, r.stderr
+    s = bh.summary(summary)
+    shutil.rmtree(shared)
+    assert s["budget_actions"]["nice"] == 1 and s["budget_actions"]["sched_idle"] == 1, s
+    assert s["budget_actions"]["throttle_sigstop"] >= 1 and "throttle_cgroup" not in s["budget_actions"], s
+
+
+# --- identity ----------------------------------------------------------------------
+
+def test_recycled_pid_cannot_redirect_an_action():
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PYTHON,
+                          bh.__file__, "recycled-pid"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = __import__("json").loads(out.stdout)
+    assert res["reused"], f"pid did not come around in {res['forks']} forks"
+    assert res["new_start_differs"]
+    assert res["early_fd"]
+    assert set(res["results"].values()) == {"refused"}, res["results"]
+    assert res["alive"] and res["new_state"] == "S"       # not killed, not stopped
+    assert res["new_nice"] == 0 and res["new_policy_other"]
+    assert res["new_affinity"] == res["all_cpus"]
+    assert res["duty_members"] == 0                        # the duty cycle dropped it
+
+
+# --- affinity ------------------------------------------------------------------------
+
+def test_stray_cpus_list_confines_strays(reaper, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    cpu = max(os.sched_getaffinity(0))
+    tag = bh.marker()
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "observe", "--stray-cpus", str(cpu), *FAST],
+              bh.orphans_then_sleep(bh.busy_argv(tag)))
+    (pid,) = tagged(tag)
+    wait_for(lambda: os.sched_getaffinity(pid) == {cpu}, 30, what="stray confined")
+    assert stop(r) == 143
+    assert f"strays confined to CPUs {cpu}" in r.stderr
+
+
+def test_stray_cpus_auto_says_what_it_does(tmp_path):
+    r = run_reaper(["--cpu-budget", "1", "--stray-cpus", "auto", "-v", "--", "true"])
+    assert r.proc.returncode == 0
+    assert re.search(r"--stray-cpus auto: (no network interrupt queues found|every CPU .* serves network "
+                     r"interrupts|no CPU serves)|strays kept off CPUs", r.stderr), r.stderr
+
+
+# --- bad input --------------------------------------------------------------------
+
+BAD = [
+    (["--stray-match", "("], "--stray-match: invalid regular expression"),
+    (["--protect", "[a-"], "--protect: invalid regular expression"),
+    (["--cpu-budget", "0"], "--cpu-budget: must be a number > 0"),
+    (["--cpu-budget", "-0.5"], "--cpu-budget: must be a number > 0"),
+    (["--cpu-budget", "abc"], "--cpu-budget"),
+    (["--cpu-budget-total", "0"], "--cpu-budget-total: must be a number > 0"),
+    (["--budget-window", "0"], "--budget-window: must be a number > 0"),
+    (["--budget-interval", "0"], "--budget-interval: must be a number > 0"),
+    (["--budget-action", "explode"], "--budget-action: unknown action 'explode'"),
+    (["--stray-cpus", "999"], "--stray-cpus: unknown CPU 999"),
+    (["--stray-cpus", "a-b"], "--stray-cpus: bad CPU list"),
+    (["--stray-cpus", "3-1"], "--stray-cpus: bad CPU range"),
+]
+
+
+@pytest.mark.parametrize("args,msg", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_one_line_exit_2_child_never_starts(tmp_path, args, msg):
+    flag = tmp_path / "started"
+    r = run_reaper(["--cpu-budget", "1", *args, "--", "touch", str(flag)])
+    assert r.proc.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not flag.exists()
+
+
+def test_bad_input_from_environment(tmp_path):
+    flag = tmp_path / "started"
+    r = run_reaper(["--", "touch", str(flag)], env={"REAPER_CPU_BUDGET": "0"})
+    assert r.proc.returncode == 2 and "REAPER_CPU_BUDGET: must be a number > 0" in r.stderr
+    assert not flag.exists()

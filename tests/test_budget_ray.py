@@ -1,0 +1,128 @@
+"""Ray-aware stray detection with a real Ray: reaper is PID 1 and runs
+`ray start --head --block`; a driver leaves a busy child behind a task that
+returned (a stray once its worker shows ray::IDLE), and keeps busy children
+under a running task and a live actor (not strays).
+
+    pytest -m ray tests/test_budget_ray.py
+"""
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, wait_for, free_port
+import budget_helpers as bh
+
+pytestmark = pytest.mark.ray
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install ray)")
+RAY = str(Path(PYTHON).with_name("ray"))
+
+DRIVER = textwrap.dedent("""
+    import subprocess, sys, time
+    import ray
+
+    address, leak_tag, task_tag, actor_tag = sys.argv[1:5]
+    BUSY = [sys.executable, "-c", "while True: pass"]
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+
+    @ray.remote(num_cpus=1)
+    def hold(tag):
+        subprocess.Popen(BUSY + [tag])        # a child of a task that is still running
+        time.sleep(300)
+
+    @ray.remote(num_cpus=0)
+    class Keeper:
+        def spawn(self, tag):
+            self.child = subprocess.Popen(BUSY + [tag])   # a child of a live actor
+            return self.child.pid
+
+    @ray.remote(num_cpus=1)
+    def leak(tag):
+        # Detached, and left behind when the task returns.
+        return subprocess.Popen(BUSY + [tag], start_new_session=True).pid
+
+    keeper = Keeper.remote()
+    ray.get(keeper.spawn.remote(actor_tag))
+    running = hold.remote(task_tag)
+    time.sleep(1)
+    ray.get(leak.remote(leak_tag))
+    print("READY", flush=True)
+    sys.stdin.read()                           # until the test is done
+""")
+
+
+def test_idle_worker_child_is_stray_running_task_and_actor_children_are_not(reaper):
+    tmp = tempfile.mkdtemp(prefix="rb", dir="/tmp")     # Ray's socket paths must stay short
+    summary = os.path.join(tmp, "summary.json")
+    port = free_port()
+    ports = {k: free_port() for k in ("node-manager-port", "object-manager-port",
+                                      "dashboard-agent-grpc-port", "dashboard-agent-listen-port",
+                                      "metrics-export-port", "runtime-env-agent-port")}
+    lo = free_port()
+    leak_tag, task_tag, actor_tag = bh.marker(), bh.marker(), bh.marker()
+    r = reaper(["--cpu-budget", "0.02", "--budget-action", "nice", "--budget-grace", "1",
+                "--budget-window", "2", "--budget-interval", "0.5", "--summary-file", summary, "-v", "--",
+                RAY, "start", "--head", "--block", "--num-cpus=2", "--include-dashboard=false",
+                "--disable-usage-stats", f"--port={port}", "--node-ip-address=127.0.0.1",
+                f"--temp-dir={tmp}/t", f"--min-worker-port={lo}", f"--max-worker-port={lo + 20}",
+                *[f"--{k}={v}" for k, v in ports.items()]],
+               env={"RAY_USAGE_STATS_ENABLED": "0"})
+    driver = None
+    try:
+        r.wait_ready()
+        drv_path = os.path.join(tmp, "driver.py")
+        with open(drv_path, "w") as f:
+            f.write(DRIVER)
+        # Wait until the head answers, then run the driver from outside the namespace.
+        driver = subprocess.Popen([PYTHON, drv_path, f"127.0.0.1:{port}", leak_tag, task_tag, actor_tag],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        ready, _, _ = select.select([driver.stdout], [], [], 60)
+        line = driver.stdout.readline() if ready else ""
+        if line.strip() != "READY":
+            driver.kill()
+            pytest.fail(f"the driver did not get ready: {line!r} {driver.stderr.read()[-2000:]}")
+        (leaked,) = wait_for(lambda: bh.pids_tagged(leak_tag), 20, what="the leaked child")
+        (in_task,) = wait_for(lambda: bh.pids_tagged(task_tag), 20, what="the running task's child")
+        (in_actor,) = wait_for(lambda: bh.pids_tagged(actor_tag), 20, what="the actor's child")
+
+        def title(pid):
+            return Path(f"/proc/{bh.stat(pid)['ppid']}/cmdline").read_bytes().rstrip(b"\0").decode()
+
+        assert title(leaked) == "ray::IDLE"
+        assert title(in_task).startswith("ray::hold")
+        assert title(in_actor).startswith("ray::Keeper")
+        wait_for(lambda: os.sched_getscheduler(leaked) == os.SCHED_IDLE and bh.stat(leaked)["nice"] == 19,
+                 30, 0.1, what="the idle worker's child to be niced")
+        # Several more samples: the others stay as they were.
+        c0 = bh.stat(in_task)["cpu"]
+        wait_for(lambda: bh.stat(in_task)["cpu"] - c0 > 1.0, 30, 0.1, what="more samples")
+        for pid in (in_task, in_actor):
+            assert os.sched_getscheduler(pid) != os.SCHED_IDLE and bh.stat(pid)["nice"] != 19
+        # Ray's own processes are never strays.
+        for pid in bh.descendants(r.pid):
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            if comm in ("raylet", "gcs_server") or comm.startswith("ray::"):
+                assert os.sched_getscheduler(pid) != os.SCHED_IDLE, comm
+    finally:
+        if driver is not None:
+            driver.kill()
+            driver.wait()
+        if r.proc.poll() is None:
+            r.send(signal.SIGTERM)
+        try:
+            r.wait(60)
+        finally:
+            r.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+    assert "ray-idle" in r.stderr, r.stderr[-3000:]
+    # (Not checked on the log: at teardown the raylet may exit before its workers,
+    # which are then orphans of reaper, like any process whose parent died.)
