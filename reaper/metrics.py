@@ -24,7 +24,6 @@ import socket
 import threading
 import time
 
-from reaper import nodestats
 
 SAMPLE_INTERVAL = 1.0       # seconds between per-core CPU samples
 CGROUP_INTERVAL = 10.0      # seconds between counts of visible memory cgroups (walks a directory tree)
@@ -123,7 +122,7 @@ class Exporter:
         self.log = log
         self.sock = sock
         self.mode = mode
-        self.cpu: nodestats.CpuSampler | None = None
+        self.cpu = None                 # nodestats.CpuSampler, once started
         self.memory_visible: int | None = None     # walked by the sampler: may be a big tree
         self.collector = None
         self.file_registry = None
@@ -135,6 +134,8 @@ class Exporter:
 
     def start(self, scope) -> list:
         """scope: an object with pid, is_pid1, main_pid, supervised (the Supervisor, or watch's)."""
+        from reaper import nodestats    # after the spawn: not on the path to the child's exec
+
         from prometheus_client import CollectorRegistry, ProcessCollector
 
         self.collector = ReaperCollector(self, scope)
@@ -158,6 +159,8 @@ class Exporter:
 
     # The sampler thread: per-core CPU, cgroup counts, the metrics file.
     def _sample_loop(self) -> None:
+        from reaper import nodestats
+
         next_cpu = time.monotonic() + SAMPLE_INTERVAL if self.cpu is not None else float("inf")
         next_cgroups = next_file = 0.0
         interval = self.cfg.metrics_interval
@@ -343,6 +346,8 @@ class ReaperCollector:
             return self._scan
 
     def _compute_scope(self) -> dict:
+        from reaper import nodestats
+
         s, sc = self.x.stats, self.scope
         table = nodestats.scan()
         up = nodestats.uptime()
@@ -446,6 +451,8 @@ class ReaperCollector:
     # --- node signals (from the sampler thread) ---
 
     def _node(self):
+        from reaper import nodestats
+
         from prometheus_client.core import CounterMetricFamily as C, GaugeMetricFamily as G
 
         cpu = self.x.cpu

@@ -8,7 +8,9 @@ processes vanishing mid-scan and files that do not exist on this kernel.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple
+
+from reaper.proctable import read_stat
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SATURATED = 0.95                 # a core at or above this busy ratio counts as saturated
@@ -26,32 +28,24 @@ class Proc(NamedTuple):
     start: float      # seconds since boot
 
 
-def read_proc(pid: int, proc: str = "/proc") -> Optional[Proc]:
-    try:
-        with open(f"{proc}/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
+def read_proc(pid: int) -> "Proc | None":
+    st = read_stat(pid)
+    if st is None:
         return None
-    # comm may hold spaces and parentheses: it ends at the last ')'.
-    lpar, rpar = raw.find(b"("), raw.rfind(b")")
-    fields = raw[rpar + 2:].split()
-    try:
-        return Proc(pid, int(fields[1]), fields[0].decode(), raw[lpar + 1:rpar].decode(errors="replace"),
-                    int(fields[19]) / CLK_TCK)
-    except (IndexError, ValueError):
-        return None
+    ppid, start_ticks, comm, state, _cpu = st
+    return Proc(pid, ppid, state, comm, start_ticks / CLK_TCK)
 
 
-def scan(proc: str = "/proc") -> dict:
+def scan() -> dict:
     """pid -> Proc for every process visible in this PID namespace."""
     table = {}
     try:
-        names = os.listdir(proc)
+        names = os.listdir("/proc")
     except OSError:
         return table
     for name in names:
         if name.isdigit():
-            p = read_proc(int(name), proc)
+            p = read_proc(int(name))
             if p is not None:
                 table[p.pid] = p
     return table
@@ -189,7 +183,7 @@ def _cgroup_dir(mount: Mount, path: str) -> str:
     return os.path.join(mount.point, path.lstrip("/"))
 
 
-def _find_controller(controller: str, proc: str = "/proc") -> Optional[str]:
+def _find_controller(controller: str, proc: str = "/proc") -> "str | None":
     """Directory of this process's cgroup for controller (v1 first, then v2)."""
     mounts, own = cgroup_mounts(proc), own_cgroups(proc)
     for m in mounts:
@@ -206,7 +200,7 @@ def _find_controller(controller: str, proc: str = "/proc") -> Optional[str]:
     return None
 
 
-def _read_int(path: str) -> Optional[float]:
+def _read_int(path: str) -> "float | None":
     try:
         with open(path) as f:
             text = f.read().strip()
@@ -220,7 +214,7 @@ class Pids(NamedTuple):
     max: float        # inf when no limit
 
 
-def cgroup_pids(proc: str = "/proc") -> Optional[Pids]:
+def cgroup_pids(proc: str = "/proc") -> "Pids | None":
     """pids.current of reaper's cgroup and the tightest pids.max on the way up; None if unreadable."""
     where = _find_controller("pids", proc)
     if where is None:
@@ -241,7 +235,7 @@ def cgroup_pids(proc: str = "/proc") -> Optional[Pids]:
     return Pids(current, limit)
 
 
-def visible_memory_cgroups(proc: str = "/proc") -> Optional[int]:
+def visible_memory_cgroups(proc: str = "/proc") -> "int | None":
     """Memory cgroups that exist as directories in the visible hierarchy (live ones).
 
     Inside a container with its own cgroup namespace this is only its subtree;

@@ -38,17 +38,28 @@ def _read(path: str) -> str:
 
 
 def _mounts() -> list:
-    """(mount point, fstype, super options) of every cgroup mount."""
+    """(mount point, fstype, super options, root) of every cgroup mount. root is the
+    cgroup the mount shows at its top: a container sees its own cgroup as "/"."""
     out = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             left, _, right = line.partition(" - ")
             fstype, _, rest = right.partition(" ")
             if fstype in ("cgroup", "cgroup2"):
-                mnt = left.split()[4].replace("\\040", " ")
+                fields = left.split()
+                mnt = fields[4].replace("\\040", " ")
                 opts = rest.split()[1] if len(rest.split()) > 1 else ""
-                out.append((mnt, fstype, set(opts.split(","))))
+                out.append((mnt, fstype, set(opts.split(",")), fields[3]))
     return out
+
+
+def _cgroup_dir(mount: tuple, path: str) -> "str | None":
+    """Where reaper's cgroup `path` appears under `mount`, or None if it does not."""
+    mnt, _, _, root = mount
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return None
+    return os.path.normpath(os.path.join(mnt, rel))
 
 
 def _own_paths() -> dict:
@@ -99,7 +110,10 @@ class CgroupThrottle:
             if not cands or path is None:
                 reasons.append(f"no cgroup v{version}{' cpu' if version == 1 else ''} hierarchy")
                 continue
-            parent = os.path.normpath(cands[0][0] + "/" + path)
+            parent = _cgroup_dir(cands[0], path)
+            if parent is None:
+                reasons.append(f"cgroup v{version}: reaper's cgroup {path} is outside the mounted hierarchy")
+                continue
             t = cls(version, parent)
             try:
                 t._create()
