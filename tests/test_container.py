@@ -284,9 +284,10 @@ def test_budgets_fall_back_to_the_unprivileged_path_on_a_read_only_cgroupfs(root
     assert share < 0.2 * 1.5, f"the stray used {share:.2f} cores with a budget of 0.2"
     mounts = (out / "cgroup-mounts").read_text().split()
     assert mounts and all(o.split(",")[0] == "ro" for o in mounts), mounts
-    # One line says that the cgroup path is out of reach and what is used instead.
+    # One line says that the cgroup filesystem is read-only and what is used instead.
     fallback = [line for line in c.stderr.splitlines() if "cgroup" in line and "SIGSTOP/SIGCONT" in line]
     assert len(fallback) == 1, c.stderr
+    assert "read-only" in fallback[0], fallback[0]
 
 
 def _host_pid(name: str, inner: int):
