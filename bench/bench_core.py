@@ -6,12 +6,13 @@ orphan-storm reap throughput and drain time; signal-forwarding latency;
 the init's RSS as PID 1; idle context switches.
 
 Run as root (PID namespaces) on a machine with gcc:
-    python3 bench/bench_core.py            # full run, about 2 minutes
-    python3 bench/bench_core.py --quick    # smoke run, about 15 s
+    python3 bench/bench_core.py            # full run, about 1 minute on 2 cores
+    python3 bench/bench_core.py --quick    # smoke run, about 10 s
 
 Every namespace is created with ``unshare --pid --fork --mount-proc
 --kill-child``: killing our own unshare child kills its whole namespace.
-Nothing else is ever signalled. Stdlib only.
+Only processes the bench started are ever signalled (the inits, and signal 0
+through pidfds to the orphans it forked). Stdlib only.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import select
 import shutil
 import signal
@@ -42,6 +44,8 @@ TARGET_SIGNAL_RATIO = 2.0
 TARGET_RSS_MB = 16.0
 TARGET_IDLE_CSW = 0
 
+SECTIONS = ("startup", "storm", "drain", "signals", "idle")   # idle also measures RSS
+
 
 @dataclass
 class Settings:
@@ -53,20 +57,29 @@ class Settings:
     signal_samples: int = 500
     signal_warmup: int = 20
     idle_seconds: float = 10.0
+    rounds: int = 5           # startup and signal samples are taken in this many interleaved rounds
     timeout: float = 60.0     # bound on any single wait
 
     @classmethod
     def quick(cls) -> "Settings":
         return cls(startup_reps=20, storm_orphans=2_000, storm_reps=1, drain_left=10, drain_reps=2,
-                   signal_samples=60, signal_warmup=10, idle_seconds=2.0, timeout=30.0)
+                   signal_samples=60, signal_warmup=10, idle_seconds=2.0, rounds=2, timeout=30.0)
 
 
 @dataclass
 class Init:
     name: str
     argv: list            # the init and its options, up to and including "--" when it needs one
-    results: dict = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)    # metric -> list of samples
+    results: dict = field(default_factory=dict)    # the table's numbers
     notes: list = field(default_factory=list)
+
+    def add(self, key: str, value: float) -> None:
+        self.samples.setdefault(key, []).append(value)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
 
 class BenchError(Exception):
@@ -112,6 +125,18 @@ def proc_status_task(pid: int, tid: str) -> dict:
             k, _, v = line.partition(":")
             out[k] = v.strip()
     return out
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time every thread of pid has run so far, in ns (schedstat: finer than clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def children_of(pid: int) -> list:
@@ -208,6 +233,18 @@ class Namespace:
             self.close()
             raise
 
+    def main_child(self) -> int:
+        """Host pid of the init's main child: pid 2 in the namespace (host pids may wrap)."""
+        def find():
+            for c in children_of(self.pid):
+                try:
+                    if proc_status(c)["NSpid"].split()[-1] == "2":
+                        return c
+                except (FileNotFoundError, KeyError):
+                    pass
+            return None
+        return wait_for(find, self.timeout, "the main child")
+
     def write(self, text: str) -> None:
         self.proc.stdin.write(text.encode())
         self.proc.stdin.flush()
@@ -261,13 +298,17 @@ def build_helper(tmp: Path) -> str:
     raise SystemExit(f"bench_core: cannot compile {HELPER_SRC}: {r.stderr.strip()[-500:]}")
 
 
-# --- 1. startup ------------------------------------------------------------------
+# --- the measurements ----------------------------------------------------------------
+#
+# Each bench_* function takes one round of samples for one init and appends them
+# to init.samples; main() interleaves the inits round by round, so a burst of
+# load on this shared machine hits both alike. summarize() turns the samples
+# into the table's numbers.
 
 def bench_startup(init: Init, helper: str, s: Settings) -> None:
     """INIT stamp, launched by the helper: t0 just before posix_spawn of the init,
     t1 when the child runs (its first instruction reads the clock), t2 after the wait."""
-    to_child, total = [], []
-    for _ in range(s.startup_reps):
+    for _ in range(max(1, s.startup_reps // s.rounds)):
         r = subprocess.run([helper, "launch", *init.argv, helper, "stamp"], capture_output=True,
                            text=True, timeout=s.timeout)
         fields = dict((ln.split()[0], ln.split()[1:]) for ln in r.stdout.splitlines() if ln.strip())
@@ -275,88 +316,160 @@ def bench_startup(init: Init, helper: str, s: Settings) -> None:
             raise BenchError(f"unexpected output {r.stdout!r} {r.stderr[-200:]!r}")
         t0, t2, status = (int(x) for x in fields["launch"])
         if status != 0:
-            raise BenchError(f"{init.name} stamp: wait status {status}: {r.stderr[-200:]}")
-        t1 = int(fields["child"][0])
-        to_child.append((t1 - t0) / 1e6)
-        total.append((t2 - t0) / 1e6)
-    init.results.update(child_p50=statistics.median(to_child), child_p90=pct(to_child, 90),
-                        total_p50=statistics.median(total), total_p90=pct(total, 90))
+            raise BenchError(f"wait status {status}: {r.stderr[-200:]}")
+        init.add("child_ms", (int(fields["child"][0]) - t0) / 1e6)
+        init.add("total_ms", (t2 - t0) / 1e6)
 
 
-# --- 2. orphan storm and drain -----------------------------------------------------
+def _park_orphans(init: Init, helper: str, s: Settings) -> tuple:
+    """A namespace whose init has s.storm_orphans live orphans parked on it, and
+    a pidfd for each orphan. pidfds watch them without the cost of /proc scans
+    (reading the init's children list takes the tasklist lock the reaping needs)
+    and can never point to a reused pid."""
+    ns = Namespace(init, [helper, "storm", str(s.storm_orphans)], s.timeout)
+    fds = []
+    try:
+        parked = int(ns.out.expect("ready", s.timeout)[0])
+        if parked == 0:
+            raise BenchError("no orphan could be forked")
+        if parked < s.storm_orphans:
+            init.note(f"storm: only {parked} of {s.storm_orphans} orphans could be forked (pid_max?)")
+        # "ready" comes after the storm program reaped every intermediate parent:
+        # the orphans are re-parented to the init already.
+        main = ns.main_child()
+        for pid in children_of(ns.pid):
+            if pid != main:
+                try:
+                    fds.append(os.pidfd_open(pid))
+                except ProcessLookupError:
+                    pass
+        if len(fds) != parked:
+            raise BenchError(f"{parked} orphans forked but {len(fds)} found on the init")
+    except BaseException:
+        close_all(fds)
+        ns.close()
+        raise
+    init.results["storm_n"] = parked
+    return ns, fds
+
+
+def close_all(fds: list) -> None:
+    for fd in fds:
+        os.close(fd)
+    fds.clear()
+
+
+def all_exited(fds: list) -> bool:
+    """Every process exited (zombie or reaped): its pidfd polls readable."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return len(poller.poll(0)) == len(fds)
+
+
+class ReapWatch:
+    """Knows when every orphan is reaped: signal 0 through a pidfd fails with
+    ESRCH only once the process is gone, zombie included. The scan resumes where
+    it stopped (the init reaps in roughly list order), so it costs O(N) in all."""
+
+    def __init__(self, fds: list) -> None:
+        self.fds, self.next = fds, 0
+
+    def done(self) -> bool:
+        while self.next < len(self.fds):
+            try:
+                signal.pidfd_send_signal(self.fds[self.next], 0)   # existence check, nothing is sent
+                return False
+            except ProcessLookupError:
+                self.next += 1
+        return True
+
 
 def bench_storm(init: Init, helper: str, s: Settings) -> None:
-    """N orphans parked on the init (PID 1) exit in the same instant; reap
-    throughput = N / time from the release until the init has no child left but
-    the storm program (zombies stay in /proc/PID/task/TID/children until reaped)."""
-    rates, times = [], []
-    for _ in range(s.storm_reps):
-        ns = Namespace(init, [helper, "storm", str(s.storm_orphans)], s.timeout)
+    """Two storms of N orphans parked on the init (PID 1).
+
+    storm: all N exit in the same instant; time from the release until the last
+    is reaped. Includes the N exits themselves, which cost the kernel more than
+    the reaps.
+    reap: the init is stopped (SIGSTOP from the parent namespace) while the N
+    exit, so N zombies wait for it; time from SIGCONT until the last is reaped:
+    the init's own reap throughput."""
+    ns, fds = _park_orphans(init, helper, s)
+    try:
+        watch = ReapWatch(fds)
+        run_before = cpu_ns(ns.pid)
+        ns.write("go\n")
+        t_go = int(ns.out.expect("go", s.timeout)[0])
+        wait_for(watch.done, s.timeout, "the storm to be reaped", interval=0.0002)
+        t_done = time.monotonic_ns()
+        init.add("storm_ms", (t_done - t_go) / 1e6)
+        init.add("storm_rate", len(fds) / ((t_done - t_go) / 1e9))
+        init.add("storm_cpu_ms", (cpu_ns(ns.pid) - run_before) / 1e6)
+        ns.finish()
+    finally:
+        close_all(fds)
+        ns.close()
+
+    ns, fds = _park_orphans(init, helper, s)
+    try:
+        watch = ReapWatch(fds)
+        os.kill(ns.pid, signal.SIGSTOP)     # the init we started; SIGCONT below
         try:
-            parked = int(ns.out.expect("ready", s.timeout)[0])
-            if parked < s.storm_orphans:
-                init.notes.append(f"storm: only {parked} of {s.storm_orphans} orphans could be forked")
-            if parked == 0:
-                raise BenchError("storm: no orphan could be forked")
-            wait_for(lambda: len(children_of(ns.pid)) >= parked + 1, s.timeout,
-                     "the orphans to be re-parented to the init")
+            wait_for(lambda: proc_status(ns.pid)["State"].startswith("T"), s.timeout, "the init to stop")
             ns.write("go\n")
-            t_go = int(ns.out.expect("go", s.timeout)[0])
-            wait_for(lambda: len(children_of(ns.pid)) <= 1, s.timeout, "the storm to be reaped",
-                     interval=0.0005)
-            t_done = time.monotonic_ns()
-            secs = (t_done - t_go) / 1e9
-            rates.append(parked / secs)
-            times.append(secs * 1e3)
-            ns.finish()
+            ns.out.expect("go", s.timeout)
+            wait_for(lambda: all_exited(fds), s.timeout, "the orphans to exit", interval=0.01)
+            run_before = cpu_ns(ns.pid)
+            t0 = time.monotonic_ns()
         finally:
-            ns.close()
-    init.results.update(storm_rate=statistics.median(rates), storm_ms=statistics.median(times),
-                        storm_n=parked)
+            os.kill(ns.pid, signal.SIGCONT)
+        wait_for(watch.done, s.timeout, "the zombies to be reaped", interval=0.0002)
+        t1 = time.monotonic_ns()
+        init.add("reap_rate", len(fds) / ((t1 - t0) / 1e9))
+        init.add("reap_ms", (t1 - t0) / 1e6)
+        init.add("reap_cpu_ms", (cpu_ns(ns.pid) - run_before) / 1e6)
+        ns.finish()
+    finally:
+        close_all(fds)
+        ns.close()
 
 
 def bench_drain(init: Init, helper: str, s: Settings) -> None:
-    """The main child exits leaving K processes (half with a SIGTERM handler):
-    time from its exit until the init has exited (the namespace is then empty)."""
-    times, handled = [], []
-    for _ in range(s.drain_reps):
-        ns = Namespace(init, [helper, "drain", str(s.drain_left)], s.timeout)
-        try:
-            t_exit = int(ns.out.expect("exit", s.timeout)[0])
-            if not ns.init_exited(s.timeout):
-                raise BenchError(f"{init.name} did not exit within {s.timeout:g}s of the drain")
-            t_end = time.monotonic_ns()
-            times.append((t_end - t_exit) / 1e6)
-            ns.proc.wait(s.timeout)
-            rest = ns.proc.stdout.read().decode()   # EOF: the whole namespace is gone
-            handled.append(ns.out.buf.decode().count("term") + rest.count("term"))
-        finally:
-            ns.close()
-    init.results.update(drain_ms=statistics.median(times), drain_handled=min(handled),
-                        drain_handlers=(s.drain_left + 1) // 2)
+    """The main child exits leaving K processes (half with a SIGTERM handler that
+    reports itself): time from its exit until the init has exited (the namespace
+    is then empty)."""
+    ns = Namespace(init, [helper, "drain", str(s.drain_left)], s.timeout)
+    try:
+        t_exit = int(ns.out.expect("exit", s.timeout)[0])
+        if not ns.init_exited(s.timeout):
+            raise BenchError(f"the init did not exit within {s.timeout:g}s")
+        t_end = time.monotonic_ns()
+        init.add("drain_ms", (t_end - t_exit) / 1e6)
+        ns.proc.wait(s.timeout)
+        rest = ns.proc.stdout.read().decode()   # EOF: the whole namespace is gone
+        init.add("drain_handled", ns.out.buf.decode().count("term") + rest.count("term"))
+        init.results["drain_handlers"] = (s.drain_left + 1) // 2
+    finally:
+        ns.close()
 
-
-# --- 3. signal forwarding -----------------------------------------------------------
 
 def bench_signals(init: Init, helper: str, s: Settings) -> None:
     """SIGUSR1 to the init (its host pid); the child waits in sigwaitinfo and
     prints the clock at receipt. One signal in flight at a time."""
-    total = s.signal_warmup + s.signal_samples
-    ns = Namespace(init, [helper, "sigwait", str(total)], s.timeout)
+    n = max(1, s.signal_samples // s.rounds)
+    ns = Namespace(init, [helper, "sigwait", str(s.signal_warmup + n)], s.timeout)
     try:
         ns.out.expect("ready", s.timeout)
         settle(ns.pid, s.timeout)
-        lat = []
-        for i in range(total):
+        for i in range(s.signal_warmup + n):
             t_send = time.monotonic_ns()
             os.kill(ns.pid, signal.SIGUSR1)    # the init we started, by its host pid
             t_recv = int(ns.out.expect("sig", 10.0)[0])
             if i >= s.signal_warmup:
-                lat.append((t_recv - t_send) / 1e3)
+                init.add("sig_us", (t_recv - t_send) / 1e3)
         ns.finish()
     finally:
         ns.close()
-    init.results.update(sig_p50=statistics.median(lat), sig_p99=pct(lat, 99))
 
 
 def settle(pid: int, timeout: float, quiet: float = 0.3) -> None:
@@ -375,9 +488,9 @@ def settle(pid: int, timeout: float, quiet: float = 0.3) -> None:
     # tini never settles (it wakes every second): that is what the idle row shows.
 
 
-# --- 4 and 5. RSS and idle wake-ups (every init at the same time) -------------------
-
 def bench_idle(inits: list, helper: str, s: Settings) -> None:
+    """RSS and context switches of every init at once, each PID 1 of its own
+    namespace with a child blocked on read()."""
     running = []
     try:
         for init in inits:
@@ -398,6 +511,19 @@ def bench_idle(inits: list, helper: str, s: Settings) -> None:
     finally:
         for _, ns in running:
             ns.close()
+
+
+def summarize(init: Init) -> None:
+    r, smp = init.results, init.samples
+    for key, stat in (("child_ms", "p50"), ("child_ms", "p90"), ("total_ms", "p50"), ("total_ms", "p90"),
+                      ("storm_rate", "p50"), ("storm_ms", "p50"), ("storm_cpu_ms", "p50"),
+                      ("reap_rate", "p50"), ("reap_ms", "p50"), ("reap_cpu_ms", "p50"),
+                      ("drain_ms", "p50"), ("sig_us", "p50"), ("sig_us", "p99")):
+        if smp.get(key):
+            r[f"{key}_{stat}"] = statistics.median(smp[key]) if stat == "p50" else pct(smp[key], int(stat[1:]))
+    if smp.get("drain_handled"):
+        r["drain_handled"] = min(smp["drain_handled"])
+        r["drain_handled_s"] = f"{r['drain_handled']}/{r['drain_handlers']}"
 
 
 # --- the table --------------------------------------------------------------------------
@@ -426,6 +552,8 @@ def rows(reaper: Init, tini: Optional[Init], s: Settings) -> list:
     def row(metric, key, unit, target=None, ok=None, ratio=None):
         rv = r.get(key)
         tv = t.get(key) if tini else None
+        if rv is None and tv is None:
+            return                      # section not run (--only) or failed (see the notes)
         if ratio is not None and rv is not None and tv:
             target = f"{rv / tv:.2f}x ({target})"
         verdict = "-" if ok is None or rv is None else ("PASS" if ok(rv, tv) else "FAIL")
@@ -433,23 +561,25 @@ def rows(reaper: Init, tini: Optional[Init], s: Settings) -> list:
             verdict = "n/a (no tini)"
         out.append([metric, fmt(rv, unit), fmt(tv, unit) if tini else "-", target or "-", verdict])
 
-    row("`INIT true`: child runs, median", "child_p50", "ms", f"<= {TARGET_CHILD_EXEC_MS:g} ms",
+    n = r.get("storm_n", s.storm_orphans)
+    row("`INIT true`: child runs, median", "child_ms_p50", "ms", f"<= {TARGET_CHILD_EXEC_MS:g} ms",
         lambda rv, tv: rv <= TARGET_CHILD_EXEC_MS)
-    row("`INIT true`: child runs, p90", "child_p90", "ms", f"<= {TARGET_CHILD_EXEC_MS:g} ms",
+    row("`INIT true`: child runs, p90", "child_ms_p90", "ms", f"<= {TARGET_CHILD_EXEC_MS:g} ms",
         lambda rv, tv: rv <= TARGET_CHILD_EXEC_MS)
-    row("`INIT true`: total, median", "total_p50", "ms")
-    row("`INIT true`: total, p90", "total_p90", "ms")
-    row(f"orphan storm: reap rate ({r.get('storm_n', s.storm_orphans):,} at once)", "storm_rate", "/s",
+    row("`INIT true`: total, median", "total_ms_p50", "ms")
+    row("`INIT true`: total, p90", "total_ms_p90", "ms")
+    row(f"reap throughput: {n:,} zombies waiting", "reap_rate_p50", "/s",
         f">= {TARGET_REAP_RATIO:g}x", lambda rv, tv: tv is not None and rv >= TARGET_REAP_RATIO * tv, ratio=True)
-    row("orphan storm: all reaped after", "storm_ms", "ms")
-    row(f"drain: main child exits, {s.drain_left} left: init gone after", "drain_ms", "ms")
-    for init in (reaper, tini):
-        if init and "drain_handled" in init.results:
-            init.results["drain_handled_s"] = f"{init.results['drain_handled']}/{init.results['drain_handlers']}"
+    row("reap: all reaped after", "reap_ms_p50", "ms")
+    row("reap: CPU the init used", "reap_cpu_ms_p50", "ms")
+    row(f"orphan storm: {n:,} exit at once, rate", "storm_rate_p50", "/s", "info", ratio=True)
+    row("orphan storm: all reaped after", "storm_ms_p50", "ms")
+    row("orphan storm: CPU the init used", "storm_cpu_ms_p50", "ms")
+    row(f"drain: main child exits, {s.drain_left} left: init gone after", "drain_ms_p50", "ms")
     row("drain: SIGTERM handlers that ran", "drain_handled_s", "")
-    row("signal forwarding latency p50", "sig_p50", "us", f"<= {TARGET_SIGNAL_RATIO:g}x",
+    row("signal forwarding latency p50", "sig_us_p50", "us", f"<= {TARGET_SIGNAL_RATIO:g}x",
         lambda rv, tv: tv is not None and rv <= TARGET_SIGNAL_RATIO * tv, ratio=True)
-    row("signal forwarding latency p99", "sig_p99", "us", ratio=True, target="info")
+    row("signal forwarding latency p99", "sig_us_p99", "us", ratio=True, target="info")
     row("RSS as PID 1 (VmRSS)", "rss_mb", "MB", f"<= {TARGET_RSS_MB:g} MB", lambda rv, tv: rv <= TARGET_RSS_MB)
     row(f"idle context switches over {s.idle_seconds:g} s", "idle_csw", "", f"= {TARGET_IDLE_CSW}",
         lambda rv, tv: rv == TARGET_IDLE_CSW)
@@ -488,6 +618,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tini", default=shutil.which("tini"), help="tini executable (default: on PATH)")
     ap.add_argument("--no-tini", action="store_true", help="measure reaper only")
     ap.add_argument("--orphans", type=int, help="orphans in the storm (default 10000, --quick 2000)")
+    ap.add_argument("--only", metavar="LIST", default=",".join(SECTIONS),
+                    help=f"comma-separated sections to run ({','.join(SECTIONS)})")
     ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     args = ap.parse_args(argv)
 
@@ -497,9 +629,21 @@ def main(argv=None) -> int:
     if not args.reaper or not os.access(args.reaper, os.X_OK):
         print("bench_core: reaper not found (use --reaper PATH)", file=sys.stderr)
         return 2
+    only = [x for x in args.only.split(",") if x]
+    unknown = [x for x in only if x not in SECTIONS]
+    if unknown:
+        print(f"bench_core: unknown section {unknown[0]!r} (choose from {','.join(SECTIONS)})", file=sys.stderr)
+        return 2
     s = Settings.quick() if args.quick else Settings()
     if args.orphans:
         s.storm_orphans = max(1, min(args.orphans, 20_000))   # pid_max is often 32768
+    # One pidfd per orphan (bench_storm): raise the soft fd limit as far as needed and allowed.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = s.storm_orphans + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        s.storm_orphans = min(s.storm_orphans, new - 256)
 
     reaper = Init("reaper", [args.reaper])
     tini = None
@@ -515,22 +659,32 @@ def main(argv=None) -> int:
     print(f"# bench_core {'--quick ' if args.quick else ''}{facts}", flush=True)
     with tempfile.TemporaryDirectory(prefix="reaper-bench-") as tmp:
         helper = build_helper(Path(tmp))
-        steps = [("startup", bench_startup), ("storm", bench_storm), ("drain", bench_drain),
-                 ("signals", bench_signals)]
-        for what, fn in steps:
-            for init in inits:
-                print(f"  {what}: {init.name} ...", file=sys.stderr, flush=True)
-                try:
-                    fn(init, helper, s)
-                except (BenchError, subprocess.TimeoutExpired, OSError) as e:
-                    init.notes.append(f"{what}: {e}")
-        print(f"  idle: {'+'.join(i.name for i in inits)} for {s.idle_seconds:g}s ...", file=sys.stderr, flush=True)
-        try:
-            bench_idle(inits, helper, s)
-        except (BenchError, subprocess.TimeoutExpired, OSError) as e:
-            for init in inits:
-                init.notes.append(f"idle: {e}")
+        steps = [("startup", bench_startup, s.rounds), ("storm", bench_storm, s.storm_reps),
+                 ("drain", bench_drain, s.drain_reps), ("signals", bench_signals, s.rounds)]
+        for what, fn, rounds in steps:
+            if what not in only:
+                continue
+            print(f"  {what}: {rounds} round(s) ...", file=sys.stderr, flush=True)
+            failed = set()
+            for _ in range(rounds):
+                for init in inits:          # interleaved: load bursts hit every init alike
+                    if init.name in failed:
+                        continue
+                    try:
+                        fn(init, helper, s)
+                    except (BenchError, subprocess.TimeoutExpired, OSError) as e:
+                        init.note(f"{what}: {e}")
+                        failed.add(init.name)
+        if "idle" in only:
+            print(f"  idle: {'+'.join(i.name for i in inits)} for {s.idle_seconds:g}s ...", file=sys.stderr, flush=True)
+            try:
+                bench_idle(inits, helper, s)
+            except (BenchError, subprocess.TimeoutExpired, OSError) as e:
+                for init in inits:
+                    init.note(f"idle: {e}")
 
+    for init in inits:
+        summarize(init)
     print(render(rows(reaper, tini, s)))
     if tini is None:
         print("\n(tini column skipped: tini not installed or --no-tini)")
@@ -541,8 +695,9 @@ def main(argv=None) -> int:
         for n in init.notes:
             print(f"note ({init.name}): {n}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"facts": facts, "quick": args.quick,
-                                               **{i.name: i.results for i in inits}}, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({"facts": facts, "quick": args.quick, "settings": vars(s),
+                                               **{i.name: {**i.results, "samples": i.samples, "notes": i.notes}
+                                                  for i in inits}}, indent=2) + "\n")
     return 0
 
 

@@ -27,13 +27,13 @@ def test_quick_run_prints_every_row(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "note (reaper)" not in r.stdout, r.stdout     # every measurement was taken
-    for metric in ("child runs, median", "reap rate", "drain: SIGTERM handlers that ran",
+    for metric in ("child runs, median", "reap throughput", "orphan storm", "drain: SIGTERM handlers that ran",
                    "signal forwarding latency p50", "RSS as PID 1", "idle context switches"):
         assert metric in r.stdout, r.stdout
     results = json.loads(out_json.read_text())["reaper"]
     assert results["storm_n"] == 300
     assert results["drain_handled"] == results["drain_handlers"]    # reaper drains: every handler ran
-    assert results["rss_mb"] > 0 and results["sig_p50"] > 0 and results["child_p50"] > 0
+    assert results["rss_mb"] > 0 and results["sig_us_p50"] > 0 and results["child_ms_p50"] > 0
 
 
 def test_refuses_a_missing_reaper(tmp_path):
