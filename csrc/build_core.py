@@ -11,6 +11,8 @@ ffi.cdef(
     #define REAPER_EV_EXIT ...
     #define REAPER_WAIT_NO_CHILDREN ...
     #define REAPER_WAIT_MORE ...
+    #define REAPER_MAX_SIGNAL ...
+    #define REAPER_LATENCY_BOUNDS ...
 
     struct reaper_event {
         int kind;
@@ -25,9 +27,26 @@ ffi.cdef(
         int64_t at_ns;
     };
 
+    struct reaper_totals {
+        uint64_t exited[256];
+        uint64_t signaled[...];
+        uint64_t latency[...];
+        int64_t latency_sum_ns;
+        int64_t cpu_us;
+    };
+
+    struct reaper_waitspec {
+        int watch_pid;
+        int report_all;
+        int nbounds;
+        int64_t bounds_ns[...];
+        struct reaper_totals totals;
+    };
+
     int reaper_setup(void);
     int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno);
-    int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, int *state);
+    int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
+                    struct reaper_event *events, int cap, int *state);
     int reaper_set_subreaper(void);
     int reaper_set_pdeathsig(int signo);
     """

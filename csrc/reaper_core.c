@@ -186,8 +186,32 @@ static void take_signals(int sfd, struct reaper_event *events, int cap, int *n, 
     }
 }
 
-static void reap_children(struct reaper_event *events, int cap, int *n, int64_t woke, int *state)
+/* A child reaped without an event: into the totals. */
+static void count_reaped(struct reaper_waitspec *spec, int status, const struct rusage *ru, int64_t latency)
 {
+    struct reaper_totals *t = &spec->totals;
+    int b = 0;
+
+    if (WIFSIGNALED(status) && WTERMSIG(status) <= REAPER_MAX_SIGNAL)
+        t->signaled[WTERMSIG(status)]++;
+    else if (WIFEXITED(status))
+        t->exited[WEXITSTATUS(status)]++;
+    while (b < spec->nbounds && latency > spec->bounds_ns[b])
+        b++;
+    t->latency[b]++;
+    t->latency_sum_ns += latency;
+    t->cpu_us += ru->ru_utime.tv_sec * 1000000L + ru->ru_utime.tv_usec +
+                 ru->ru_stime.tv_sec * 1000000L + ru->ru_stime.tv_usec;
+}
+
+/* Bounds one call's silent reaping, so that an endless storm still lets the
+ * loop look at its signals and timers. */
+#define SILENT_REAPS_PER_CALL 8192
+
+static void reap_children(struct reaper_waitspec *spec, struct reaper_event *events, int cap, int *n,
+                          int64_t woke, int *state)
+{
+    int silent = 0;
     while (*n < cap) {
         int status;
         struct rusage ru;
@@ -201,6 +225,15 @@ static void reap_children(struct reaper_event *events, int cap, int *n, int64_t 
                 *state |= REAPER_WAIT_NO_CHILDREN;
             return;
         }
+        int64_t now = monotonic_ns();
+        if (pid != spec->watch_pid && !spec->report_all) {
+            count_reaped(spec, status, &ru, now - woke);
+            if (++silent == SILENT_REAPS_PER_CALL) {
+                *state |= REAPER_WAIT_MORE;
+                return;
+            }
+            continue;
+        }
         struct reaper_event *ev = &events[(*n)++];
         memset(ev, 0, sizeof *ev);
         ev->kind = REAPER_EV_EXIT;
@@ -210,16 +243,18 @@ static void reap_children(struct reaper_event *events, int cap, int *n, int64_t 
         ev->stime_us = ru.ru_stime.tv_sec * 1000000L + ru.ru_stime.tv_usec;
         ev->maxrss_kb = ru.ru_maxrss;
         ev->woke_ns = woke;
-        ev->at_ns = monotonic_ns();
+        ev->at_ns = now;
     }
 }
 
 /* Blocks until a signal arrives or timeout_ms passes (-1: no timeout, so an
  * idle reaper never wakes up). Then takes every queued signal and reaps every
  * child that has exited, whether or not a SIGCHLD was seen: SIGCHLDs
- * coalesce, so one may stand for thousands of exits. Called with the GIL
- * released. Returns the number of events written. */
-int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, int *state)
+ * coalesce, so one may stand for thousands of exits. Children other than
+ * spec->watch_pid are counted in spec->totals unless spec->report_all. Called
+ * with the GIL released. Returns the number of events written. */
+int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
+                struct reaper_event *events, int cap, int *state)
 {
     struct pollfd pfd = {.fd = sfd, .events = POLLIN};
     int n = 0;
@@ -229,7 +264,7 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, i
         return -errno;
     int64_t woke = monotonic_ns();
     take_signals(sfd, events, cap, &n, woke);
-    reap_children(events, cap, &n, woke, state);
+    reap_children(spec, events, cap, &n, woke, state);
     if (n == cap)
         *state |= REAPER_WAIT_MORE;
     return n;

@@ -21,13 +21,36 @@ struct reaper_event {
     int64_t at_ns;     /* CLOCK_MONOTONIC when this event was taken */
 };
 
+#define REAPER_MAX_SIGNAL 64
+#define REAPER_LATENCY_BOUNDS 16
+
+/* Children reaped without an event of their own (orphans, in the common case):
+ * counted here in C, so a storm of thousands costs Python nothing per child. */
+struct reaper_totals {
+    uint64_t exited[256];                        /* by exit status */
+    uint64_t signaled[REAPER_MAX_SIGNAL + 1];    /* by terminating signal */
+    uint64_t latency[REAPER_LATENCY_BOUNDS + 1]; /* wake-up to reap, per bucket; last is +Inf */
+    int64_t latency_sum_ns;
+    int64_t cpu_us;                              /* user + system */
+};
+
+/* What reaper_wait reports as events, and where it counts the rest. */
+struct reaper_waitspec {
+    int watch_pid;        /* always an event when reaped (the main child); 0: none */
+    int report_all;       /* every reaped child is an event */
+    int nbounds;          /* latency bucket upper bounds, ascending */
+    int64_t bounds_ns[REAPER_LATENCY_BOUNDS];
+    struct reaper_totals totals;
+};
+
 /* Flags for reaper_wait()'s *state output. */
 #define REAPER_WAIT_NO_CHILDREN 1 /* waitpid said ECHILD: nothing left to reap */
 #define REAPER_WAIT_MORE        2 /* the buffer filled up: call again at once */
 
 int reaper_setup(void);
 int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno);
-int reaper_wait(int sfd, int timeout_ms, struct reaper_event *events, int cap, int *state);
+int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
+                struct reaper_event *events, int cap, int *state);
 int reaper_set_subreaper(void);
 int reaper_set_pdeathsig(int signo);
 

@@ -53,16 +53,30 @@ def spawn(argv: list[str], own_group: bool, take_tty: bool) -> tuple[int, int]:
 
 
 class Waiter:
-    """One blocking wait on the signalfd, returning a batch of events."""
+    """One blocking wait on the signalfd, returning a batch of events. Children
+    other than the watched pid are counted in C (.totals) unless report_all."""
 
-    def __init__(self, sfd: int) -> None:
+    def __init__(self, sfd: int, latency_bounds=()) -> None:
         self.sfd = sfd
         self._buf = ffi.new("struct reaper_event[]", BATCH)
         self._state = ffi.new("int *")
+        self.spec = ffi.new("struct reaper_waitspec *")
+        bounds = [int(b * 1e9) for b in latency_bounds]
+        if len(bounds) > lib.REAPER_LATENCY_BOUNDS:
+            raise ValueError(f"at most {lib.REAPER_LATENCY_BOUNDS} latency buckets")
+        self.spec.nbounds = len(bounds)
+        for i, b in enumerate(bounds):
+            self.spec.bounds_ns[i] = b
+        self.totals = self.spec.totals      # a live view of the C counters
 
-    def wait(self, timeout_ms: int) -> tuple[list[Event], bool, bool]:
+    def watch(self, pid: int, report_all: bool) -> None:
+        """pid's exit is always an event; report_all makes every exit one."""
+        self.spec.watch_pid = pid
+        self.spec.report_all = int(report_all)
+
+    def wait(self, timeout_ms: int) -> tuple:
         """Returns (events, no_children, more). timeout_ms -1 waits forever."""
-        n = _check(lib.reaper_wait(self.sfd, timeout_ms, self._buf, BATCH, self._state))
+        n = _check(lib.reaper_wait(self.sfd, timeout_ms, self.spec, self._buf, BATCH, self._state))
         buf = self._buf
         events = [
             Event(e.kind, e.pid, e.signo, e.code, e.uid, e.utime_us / 1e6, e.stime_us / 1e6,

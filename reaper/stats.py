@@ -52,11 +52,13 @@ class Stats:
         self.main_exit_code: "int | None" = None  # N or 128+N, before -e remapping
         self.exit_status: "int | None" = None   # reaper's own, after remapping
         self.phase = "running"                # running, draining, killing, done
-        self.reaped = Counter()               # (kind, outcome) -> count; kind main|orphan|supervised
-        self.reaped_cpu_seconds = 0.0         # user+system of everything reaped
-        self.latency_buckets = [0] * (len(REAP_LATENCY_BUCKETS) + 1)
-        self.latency_sum = 0.0
-        self.latency_count = 0
+        # Children reaped as events (the main child; every child with -w or debug):
+        self._reaped = Counter()              # (kind, outcome) -> count; kind main|orphan|supervised
+        self._cpu = 0.0
+        self._latency_buckets = [0] * (len(REAP_LATENCY_BUCKETS) + 1)
+        self._latency_sum = 0.0
+        # ...and the rest, counted by the C core as orphans (reaper._native.Waiter.totals).
+        self.native = None
         self.signals_received = Counter()     # signal name -> count
         self.signals_forwarded = Counter()    # signal name (as sent) -> count
         self.drain = Counter()                # terminated, killed, survived
@@ -65,14 +67,45 @@ class Stats:
         self.budget = BudgetStats()
 
     def record_reap(self, kind: str, status: int, latency: float, cpu: float) -> None:
-        self.reaped[(kind, outcome(status))] += 1
-        self.reaped_cpu_seconds += cpu
+        self._reaped[(kind, outcome(status))] += 1
+        self._cpu += cpu
         i = 0
         while i < len(REAP_LATENCY_BUCKETS) and latency > REAP_LATENCY_BUCKETS[i]:
             i += 1
-        self.latency_buckets[i] += 1
-        self.latency_sum += latency
-        self.latency_count += 1
+        self._latency_buckets[i] += 1
+        self._latency_sum += latency
+
+    # Read side (exporter, summary): events and the C core's totals together.
+
+    @property
+    def reaped(self) -> Counter:
+        out = Counter(self._reaped)
+        t = self.native
+        if t is not None:
+            out[("orphan", "exited_0")] += t.exited[0]
+            out[("orphan", "exited_nonzero")] += sum(t.exited[1:256])
+            for sig in range(1, len(t.signaled)):
+                if t.signaled[sig]:
+                    out[("orphan", signals.name(sig))] += t.signaled[sig]
+        return +out                           # drop zero counts
+
+    @property
+    def reaped_cpu_seconds(self) -> float:
+        return self._cpu + (self.native.cpu_us / 1e6 if self.native is not None else 0.0)
+
+    @property
+    def latency_buckets(self) -> list:
+        if self.native is None:
+            return list(self._latency_buckets)
+        return [a + b for a, b in zip(self._latency_buckets, self.native.latency)]
+
+    @property
+    def latency_sum(self) -> float:
+        return self._latency_sum + (self.native.latency_sum_ns / 1e9 if self.native is not None else 0.0)
+
+    @property
+    def latency_count(self) -> int:
+        return sum(self.latency_buckets)
 
     def reaped_total(self, kind: "str | None" = None) -> int:
         return sum(n for (k, _), n in self.reaped.items() if kind is None or k == kind)

@@ -16,7 +16,7 @@ from reaper import signals
 from reaper._native import EV_EXIT, Waiter
 from reaper.log import Log
 from reaper.options import Config
-from reaper.stats import Stats, exit_code
+from reaper.stats import REAP_LATENCY_BUCKETS, Stats, exit_code
 
 FOREVER = -1
 KILL_WAIT = 5.0          # seconds to wait for SIGKILLed processes to be reaped
@@ -43,9 +43,11 @@ class Supervisor:
         self.cfg = cfg
         self.log = log
         self.stats = stats
-        self.waiter = Waiter(sfd)
+        self.waiter = Waiter(sfd, REAP_LATENCY_BUCKETS)
+        stats.native = self.waiter.totals
         self.pid = os.getpid()
         self.is_pid1 = self.pid == 1
+        self.debug = log.enabled(3)      # checked before building debug lines on hot paths
         self.main_pid: Optional[int] = None
         self.supervised: set = set()     # pids reaper started besides the main child
         self.plugins: list = []
@@ -53,13 +55,15 @@ class Supervisor:
         self.term_count = 0
         self.deadline: Optional[float] = None
         self.drain_started = 0.0
-        self.drain_targets: dict = {}    # pid -> create_time at drain start
-        self.kill_targets: dict = {}     # pid -> create_time still alive at SIGKILL
+        self.drain_targets: dict = {}    # pid -> start time, at drain start
+        self.kill_targets: dict = {}     # pid -> start time, still alive at SIGKILL
 
     # --- the loop ---------------------------------------------------------
 
     def run(self, main_pid: int) -> int:
         self.main_pid = main_pid
+        # Orphans are counted in C, unless each one must be seen (-w, debug log).
+        self.waiter.watch(main_pid, self.cfg.warn_on_reap or self.debug)
         more = False
         while True:
             events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
@@ -87,6 +91,8 @@ class Supervisor:
             plugin.tick(now)
 
     def _timeout_ms(self) -> int:
+        if not self.plugins and self.deadline is None:
+            return FOREVER
         due = []
         for plugin in self.plugins:
             try:
@@ -162,7 +168,8 @@ class Supervisor:
             return
         self.stats.signals_received[sname] += 1
         if signo in signals.FAULT_SIGNALS and ev.code not in (signals.SI_USER, signals.SI_QUEUE):
-            self.log.debug(f"{sname} from the kernel (si_code {ev.code}) not forwarded")
+            if self.debug:
+                self.log.debug(f"{sname} from the kernel (si_code {ev.code}) not forwarded")
             return
         if signo in (signal.SIGTERM, signal.SIGINT):
             self.term_count += 1
@@ -171,7 +178,8 @@ class Supervisor:
             return
         target = self.cfg.rewrite.get(signo, signo)
         if target == 0:
-            self.log.debug(f"{sname} dropped (--rewrite)")
+            if self.debug:
+                self.log.debug(f"{sname} dropped (--rewrite)")
             return
         self._forward(target)
 
@@ -191,7 +199,8 @@ class Supervisor:
             self.log.debug(f"main child {pid} gone before {signals.name(signo)} could be forwarded")
             return
         self.stats.signals_forwarded[signals.name(signo)] += 1
-        self.log.debug(f"forwarded {signals.name(signo)} to {'group ' if self.cfg.process_group else ''}{pid}")
+        if self.debug:
+            self.log.debug(f"forwarded {signals.name(signo)} to {'group ' if self.cfg.process_group else ''}{pid}")
 
     def _signal_while_draining(self, signo: int, sname: str) -> None:
         if signo in (signal.SIGTERM, signal.SIGINT) and self.term_count >= FORCE_AFTER \
@@ -204,33 +213,23 @@ class Supervisor:
     # --- end of life --------------------------------------------------------
 
     def _scope(self) -> dict:
-        """pid -> create_time of every process reaper is responsible for now."""
-        import psutil
+        """pid -> start time of every process reaper is responsible for now: the whole
+        namespace as PID 1, else its descendants. One read of /proc/*/stat, no psutil."""
+        from reaper import nodestats
 
-        if self.is_pid1:
-            procs = [p for p in psutil.process_iter(["create_time"]) if p.pid != self.pid]
-        else:
-            procs = psutil.Process(self.pid).children(recursive=True)
-        found = {}
-        for p in procs:
-            try:
-                found[p.pid] = p.create_time()
-            except psutil.Error:
-                pass
-        return found
+        table = nodestats.scan()
+        pids = set(table) - {self.pid} if self.is_pid1 else nodestats.descendants(table, self.pid)
+        return {pid: table[pid].start for pid in pids if table[pid].state != "Z"}
 
     @staticmethod
     def _alive(targets: dict) -> dict:
-        import psutil
+        from reaper import nodestats
 
         alive = {}
-        for pid, created in targets.items():
-            try:
-                p = psutil.Process(pid)
-                if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
-                    alive[pid] = created
-            except psutil.Error:
-                pass
+        for pid, start in targets.items():
+            p = nodestats.read_proc(pid)
+            if p is not None and p.start == start and p.state != "Z":
+                alive[pid] = start
         return alive
 
     def _signal_scope(self, signo: int) -> None:
@@ -241,25 +240,30 @@ class Supervisor:
             except ProcessLookupError:
                 pass
             return
-        for pid, created in self._scope().items():
-            self._signal_one(pid, created, signo)
+        for pid, start in self._scope().items():
+            self._signal_one(pid, start, signo)
 
-    def _signal_one(self, pid: int, created: float, signo: int) -> None:
-        """Signal pid only if it is still the process that was found (pidfd)."""
-        import psutil
+    @staticmethod
+    def _signal_one(pid: int, start: float, signo: int) -> None:
+        """Signal pid only if it is still the process that was found: the pidfd is
+        taken first, so the start-time check after it cannot be outrun by pid reuse."""
+        from reaper import nodestats
 
         try:
             fd = os.pidfd_open(pid)
-        except (ProcessLookupError, AttributeError, OSError):
-            fd = None
+        except ProcessLookupError:
+            return
+        except (AttributeError, OSError):
+            fd = None                       # no pidfds on this kernel: check, then kill
         try:
-            if psutil.Process(pid).create_time() != created:
+            p = nodestats.read_proc(pid)
+            if p is None or p.start != start:
                 return
             if fd is not None:
                 signal.pidfd_send_signal(fd, signo)
             else:
                 os.kill(pid, signo)
-        except (ProcessLookupError, psutil.Error):
+        except ProcessLookupError:
             pass
         finally:
             if fd is not None:
