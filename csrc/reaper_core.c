@@ -169,21 +169,27 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
 
 static void take_signals(int sfd, struct reaper_event *events, int cap, int *n, int64_t woke)
 {
-    struct signalfd_siginfo si;
-    while (*n < cap && read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-        /* SIGCHLD only says "look": the drain below never trusts one per child. */
-        if (si.ssi_signo == SIGCHLD)
-            continue;
-        struct reaper_event *ev = &events[(*n)++];
-        memset(ev, 0, sizeof *ev);
-        ev->kind = REAPER_EV_SIGNAL;
-        ev->signo = (int)si.ssi_signo;
-        ev->pid = (int)si.ssi_pid;
-        ev->uid = (int)si.ssi_uid;
-        ev->code = si.ssi_code;
-        ev->woke_ns = woke;
-        ev->at_ns = monotonic_ns();
-    }
+    struct signalfd_siginfo si[16];
+    ssize_t got;
+
+    /* One read takes up to 16 signals; a full read means there may be more. */
+    do {
+        got = read(sfd, si, sizeof si);
+        for (int i = 0; got > 0 && i < (int)(got / sizeof si[0]); i++) {
+            /* SIGCHLD only says "look": the reap below never trusts one per child. */
+            if (si[i].ssi_signo == SIGCHLD)
+                continue;
+            struct reaper_event *ev = &events[(*n)++];
+            memset(ev, 0, sizeof *ev);
+            ev->kind = REAPER_EV_SIGNAL;
+            ev->signo = (int)si[i].ssi_signo;
+            ev->pid = (int)si[i].ssi_pid;
+            ev->uid = (int)si[i].ssi_uid;
+            ev->code = si[i].ssi_code;
+            ev->woke_ns = woke;
+            ev->at_ns = monotonic_ns();
+        }
+    } while (got == (ssize_t)sizeof si && *n + 16 <= cap);
 }
 
 /* A child reaped without an event: into the totals. */

@@ -10,28 +10,6 @@ EV_EXIT = lib.REAPER_EV_EXIT
 BATCH = 512
 
 
-class Event:
-    """One signal received or one child reaped. (A plain class: typing's NamedTuple
-    would cost milliseconds of import time before the child's exec.)"""
-
-    __slots__ = ("kind", "pid", "signo", "code", "uid", "utime", "stime", "maxrss_kb", "woke_ns", "at_ns")
-
-    def __init__(self, kind, pid, signo, code, uid, utime, stime, maxrss_kb, woke_ns, at_ns):
-        self.kind = kind            # EV_SIGNAL or EV_EXIT
-        self.pid = pid              # sender (signal) or reaped pid (exit)
-        self.signo = signo          # signal number, signal events only
-        self.code = code            # si_code (signal) or wait status (exit)
-        self.uid = uid              # sender uid, signal events only
-        self.utime = utime          # seconds of user CPU of a reaped child
-        self.stime = stime
-        self.maxrss_kb = maxrss_kb
-        self.woke_ns = woke_ns      # CLOCK_MONOTONIC at the wake-up that found this event
-        self.at_ns = at_ns          # CLOCK_MONOTONIC when it was taken
-
-    def __repr__(self) -> str:
-        return "Event(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
-
-
 def _check(rc: int) -> int:
     if rc < 0:
         raise OSError(-rc, os.strerror(-rc))
@@ -75,14 +53,14 @@ class Waiter:
         self.spec.report_all = int(report_all)
 
     def wait(self, timeout_ms: int) -> tuple:
-        """Returns (events, no_children, more). timeout_ms -1 waits forever."""
+        """Returns (events, no_children, more). timeout_ms -1 waits forever.
+
+        The events are views of `struct reaper_event` (fields: kind, pid, signo,
+        code, uid, utime_us, stime_us, maxrss_kb, woke_ns, at_ns) into a buffer
+        the next wait() overwrites: no Python object is built per event."""
         n = _check(lib.reaper_wait(self.sfd, timeout_ms, self.spec, self._buf, BATCH, self._state))
         buf = self._buf
-        events = [
-            Event(e.kind, e.pid, e.signo, e.code, e.uid, e.utime_us / 1e6, e.stime_us / 1e6,
-                  e.maxrss_kb, e.woke_ns, e.at_ns)
-            for e in (buf[i] for i in range(n))
-        ]
+        events = [buf[i] for i in range(n)]
         state = self._state[0]
         return events, bool(state & lib.REAPER_WAIT_NO_CHILDREN), bool(state & lib.REAPER_WAIT_MORE)
 

@@ -142,6 +142,7 @@ class Enforcer:
             else:
                 try:
                     self.tracked[key] = Tracked(key, stray, Handle(*key), now)
+                    self.stats.strays_seen += 1
                 except Gone:
                     continue
                 self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}")
@@ -317,20 +318,24 @@ class Enforcer:
             else:
                 return
         # Duty-cycling. It must run target/demand of the time (demand: cores it
-        # uses while running). Late wake-ups stop it late or resume it late, so the
-        # fraction asked for is corrected by the fraction it actually ran since the
-        # last sample (measured on the monotonic clock, not in CPU ticks).
+        # uses while running), with demand taken as at least one core: a stray
+        # slowed by contention (it is SCHED_IDLE) shows a low demand, and when the
+        # contention ends it would run at full speed for most of each period until
+        # the window caught up. From there the fraction follows the CPU it actually
+        # used over the last sample (integral control, half the error each time), so
+        # late wake-ups and a slow idle-class start are made up without overshoot.
         target = min(x for x in (budget, share) if x is not None)
-        want = target / max(t.demand or 1.0, 1e-3)
+        want = target / max(t.demand or 1.0, 1.0)
         if not t.cycled:
             t.cycled = True
             t.fraction = want
             t.action = "throttle"
             self.stats.actions["throttle_sigstop"] += 1
         elif len(t.hist) >= 2:
-            (t0, _, r0), (t1, _, r1) = t.hist[-2], t.hist[-1]
-            ran = (r1 - r0) / (t1 - t0) if t1 > t0 else want
-            t.fraction += 0.5 * (want - ran)
+            (t0, c0, _), (t1, c1, _) = t.hist[-2], t.hist[-1]
+            if t1 > t0:
+                used = (c1 - c0) / (t1 - t0)
+                t.fraction += 0.5 * (target - used) / max(t.demand or 1.0, 1.0)
         t.fraction = min(1.0, max(0.01, t.fraction))
         if self.log.enabled(3):
             self.log.debug(f"stray {t.key[0]}: uses {t.rate or 0:.3f}, demand {t.demand or 0:.3f}, "

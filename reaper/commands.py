@@ -338,7 +338,7 @@ def watch_command(argv: list, sfd: int) -> int:
                     log.info(f"{_signame(ev.signo)} received: stopping")
                     stopping = True
             else:     # a child of our own (none is started; budget helpers might): reaped, counted
-                stats.record_reap("supervised", ev.code, (ev.at_ns - ev.woke_ns) / 1e9, ev.utime + ev.stime)
+                stats.record_reap("supervised", ev.code, (ev.at_ns - ev.woke_ns) / 1e9, (ev.utime_us + ev.stime_us) / 1e6)
         now = time.monotonic()
         for p in plugins:
             d = _guard(log, stats, p.name, p.next_deadline)

@@ -31,6 +31,7 @@ class BudgetStats:
 
     def __init__(self) -> None:
         self.strays = 0                      # strays alive at the last sample
+        self.strays_seen = 0                 # distinct strays (pid, start time) ever tracked
         self.stray_cpu_seconds = 0.0         # CPU used by strays, summed over samples
         self.violations = Counter()          # action -> violations seen under that action
         self.actions = Counter()             # action taken -> count (nice, throttle, terminate, ...)
@@ -117,7 +118,7 @@ class Stats:
             "orphans": self.reaped_total("orphan"),
             "signals_received": sum(self.signals_received.values()),
             "signals_forwarded": sum(self.signals_forwarded.values()),
-            "strays": self.budget.strays,
+            "strays": self.budget.strays_seen,
             "stray_cpu_seconds": round(self.budget.stray_cpu_seconds, 3),
             "budget_actions": dict(self.budget.actions),
             "drain": {k: self.drain.get(k, 0) for k in ("terminated", "killed", "survived")},

@@ -133,7 +133,7 @@ class Supervisor:
 
     def _on_exit(self, ev) -> None:
         latency = (ev.at_ns - ev.woke_ns) / 1e9
-        cpu = ev.utime + ev.stime
+        cpu = (ev.utime_us + ev.stime_us) / 1e6
         if ev.pid == self.main_pid:
             self._main_exited(ev.code)          # control first: the drain must start
             self.stats.record_reap("main", ev.code, latency, cpu)
@@ -162,26 +162,26 @@ class Supervisor:
 
     def _on_signal(self, ev) -> None:
         signo = ev.signo
-        sname = signals.name(signo)
         # A signal reaper raised on itself (SIGPIPE from a write to a closed pipe).
         if ev.pid == self.pid:
             return
-        self.stats.signals_received[sname] += 1
         if signo in signals.FAULT_SIGNALS and ev.code not in (signals.SI_USER, signals.SI_QUEUE):
+            self.stats.signals_received[signals.name(signo)] += 1
             if self.debug:
-                self.log.debug(f"{sname} from the kernel (si_code {ev.code}) not forwarded")
+                self.log.debug(f"{signals.name(signo)} from the kernel (si_code {ev.code}) not forwarded")
             return
-        if signo in (signal.SIGTERM, signal.SIGINT):
+        if signo == signal.SIGTERM or signo == signal.SIGINT:
             self.term_count += 1
-        if self.phase != "running":
-            self._signal_while_draining(signo, sname)
-            return
-        target = self.cfg.rewrite.get(signo, signo)
-        if target == 0:
-            if self.debug:
-                self.log.debug(f"{sname} dropped (--rewrite)")
-            return
-        self._forward(target)
+        if self.phase == "running":
+            # Forward first, count after: the bookkeeping must not add to the latency.
+            target = self.cfg.rewrite.get(signo, signo)
+            if target:
+                self._forward(target)
+            elif self.debug:
+                self.log.debug(f"{signals.name(signo)} dropped (--rewrite)")
+        else:
+            self._signal_while_draining(signo, signals.name(signo))
+        self.stats.signals_received[signals.name(signo)] += 1
 
     def _forward(self, signo: int) -> None:
         # The main child is not reaped yet (that would have ended this phase),

@@ -21,7 +21,7 @@ import pytest
 from conftest import PYTHON, wait_for, free_port
 import budget_helpers as bh
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install ray)")
 RAY = str(Path(PYTHON).with_name("ray"))
 

@@ -10,6 +10,8 @@ would take seconds. Absolute numbers: bench/bench_metrics.py.
 import socket
 import threading
 
+import pytest
+
 from conftest import free_port, wait_for, wait_for_file
 from metrics_helpers import get, scrape, wait_healthy, write_script
 
@@ -121,6 +123,7 @@ class Abuse:
             i += 1
 
 
+@pytest.mark.xdist_group("cpu-heavy")     # compares latencies: not beside other heavy tests
 def test_abuse_does_not_delay_reaping(reaper, tmp_path):
     port = free_port()
     r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--",

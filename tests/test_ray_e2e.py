@@ -28,7 +28,7 @@ import pytest
 import ray_helpers as rh
 from conftest import free_port, wait_for, wait_for_file
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
 
 BUDGET = 0.2           # cores per stray
 BUDGET_GRACE = 3       # seconds a new stray runs free

@@ -14,6 +14,7 @@ def _storm_then_wait(storm_bin, n):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("cpu-heavy")
 def test_storm_of_10000_orphans_leaves_none_behind(reaper, storm_bin):
     n = 10_000
     r = reaper(["--", *_storm_then_wait(storm_bin, n)])

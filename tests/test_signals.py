@@ -99,6 +99,7 @@ def _race_trial(args):
         r.kill()
 
 
+@pytest.mark.xdist_group("cpu-heavy")
 @pytest.mark.parametrize("mode", [[], ["-g"]], ids=["child", "group"])
 def test_signal_right_after_start_is_never_lost(mode):
     trials = 200
@@ -228,6 +229,19 @@ def test_child_gets_default_signals_when_the_invoker_set_none():
     assert int(fields["SigBlk"], 16) == 0 and int(fields["SigIgn"], 16) == 0
 
 
+def _read_line_with(master: int, needle: bytes, timeout: float = 10.0) -> bytes:
+    """Reads the pty until a whole line containing needle has arrived."""
+    import select
+
+    out, deadline = b"", time.monotonic() + timeout
+    while not any(needle in line for line in out.split(b"\n")[:-1]):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no line with {needle!r} from the pty: {out!r}"
+        if select.select([master], [], [], left)[0]:
+            out += os.read(master, 1024)
+    return out
+
+
 def test_child_takes_the_terminal_foreground(tmp_path):
     master, slave = pty.openpty()
     probe = py("""
@@ -245,18 +259,13 @@ print("read", line.strip(), flush=True)
     p = subprocess.Popen([REAPER, "--", *probe], stdin=slave, stdout=slave, stderr=subprocess.PIPE,
                          preexec_fn=take_tty)
     os.close(slave)
-    out = b""
-    deadline = time.monotonic() + 10
-    while b"fg" not in out and time.monotonic() < deadline:
-        import select
-        if select.select([master], [], [], 0.5)[0]:
-            out += os.read(master, 1024)
-    assert b"fg True" in out
-    os.write(master, b"hello\n")
-    while b"read hello" not in out and time.monotonic() < deadline:
-        import select
-        if select.select([master], [], [], 0.5)[0]:
-            out += os.read(master, 1024)
-    assert b"read hello" in out
-    assert p.wait(10) == 0
-    os.close(master)
+    try:
+        assert b"fg True" in _read_line_with(master, b"fg ")
+        os.write(master, b"hello\n")
+        assert b"read hello" in _read_line_with(master, b"read ")
+        assert p.wait(10) == 0
+    finally:
+        os.close(master)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
