@@ -325,20 +325,19 @@ def watch_command(argv: list, sfd: int) -> int:
     log.info(f"watching PID namespace (pid {os.getpid()})"
              + (f", metrics on {cfg.metrics_address}:{cfg.metrics_port}" if cfg.metrics_port else ""))
 
-    waiter = Waiter(sfd)
+    waiter = Waiter(sfd)          # children of its own (none is started) are counted in C
+    stats.native = waiter.totals
     stopping = False
     while not stopping:
         due = [d for d in (_guard(log, stats, p.name, p.next_deadline) for p in plugins) if d is not None]
         timeout = -1 if not due else max(0, int((min(due) - time.monotonic()) * 1000) + 1)
         events, _, _ = waiter.wait(timeout)
-        for ev in events:
+        for ev in events:             # signals only: no pid is watched
             if ev.kind == EV_SIGNAL:
                 stats.signals_received[_signame(ev.signo)] += 1
                 if ev.signo in STOP_SIGNALS:
                     log.info(f"{_signame(ev.signo)} received: stopping")
                     stopping = True
-            else:     # a child of our own (none is started; budget helpers might): reaped, counted
-                stats.record_reap("supervised", ev.code, (ev.at_ns - ev.woke_ns) / 1e9, (ev.utime_us + ev.stime_us) / 1e6)
         now = time.monotonic()
         for p in plugins:
             d = _guard(log, stats, p.name, p.next_deadline)
