@@ -30,6 +30,7 @@ class Config:
     warn_on_reap = False
     verbosity = 2                 # 0 error, 1 warn, 2 info (default), 3 debug
     grace = 5.0
+    exit_zero_on_stop = False
     # CPU budgets for strays
     cpu_budget = None
     cpu_budget_total = None
@@ -188,6 +189,9 @@ OPTIONS = (
     Option("grace", "", "grace", "value",
            "seconds remaining processes get between SIGTERM and SIGKILL after the child exits (0: none)",
            "SECONDS", _non_negative, env=("REAPER_GRACE",)),
+    Option("exit-zero-on-stop", "", "exit_zero_on_stop", "flag",
+           "exit 0 when the child ends after reaper forwarded it SIGTERM (a requested stop)",
+           env=("REAPER_EXIT_ZERO_ON_STOP",)),
     Option("cpu-budget", "", "cpu_budget", "value", "CPU budget of each stray process, in cores",
            "CORES", _positive, env=("REAPER_CPU_BUDGET",), section="budget"),
     Option("cpu-budget-total", "", "cpu_budget_total", "value", "CPU budget of all strays together, in cores",

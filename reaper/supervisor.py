@@ -53,6 +53,7 @@ class Supervisor:
         self.plugins: list = []
         self.phase = "running"
         self.term_count = 0
+        self.stop_forwarded = False      # a SIGTERM reached the main child: a requested stop
         self.deadline: Optional[float] = None
         self.drain_started = 0.0
         self.drain_targets: dict = {}    # pid -> start time, at drain start
@@ -198,6 +199,8 @@ class Supervisor:
         except ProcessLookupError:
             self.log.debug(f"main child {pid} gone before {signals.name(signo)} could be forwarded")
             return
+        if signo == signal.SIGTERM:
+            self.stop_forwarded = True
         self.stats.signals_forwarded[signals.name(signo)] += 1
         if self.debug:
             self.log.debug(f"forwarded {signals.name(signo)} to {'group ' if self.cfg.process_group else ''}{pid}")
@@ -328,6 +331,7 @@ class Supervisor:
         for plugin in self.plugins:
             self._guarded(plugin.name, plugin.close)
         code = self.stats.main_exit_code
-        status = 0 if code in self.cfg.remap_exit else code
+        stopped = self.cfg.exit_zero_on_stop and self.stop_forwarded
+        status = 0 if code in self.cfg.remap_exit or stopped else code
         self.stats.exit_status = status
         return status

@@ -1,5 +1,6 @@
 """Point 1: exit status, and bad input: one line on stderr, conventional status, no traceback."""
 import os
+import signal
 import stat
 
 import pytest
@@ -113,6 +114,21 @@ def test_options_stop_at_first_non_option():
     # tini needs `--` here; reaper, like dumb-init, does not.
     r = run_reaper(["sh", "-c", "exit 4"])
     assert r.proc.returncode == 4
+
+
+def test_exit_zero_on_stop(reaper):
+    # Ray 2.60's `ray start` exits 1 after a graceful, SIGTERM-requested drain.
+    child = ["sh", "-c", "trap 'exit 1' TERM; echo up; while :; do sleep 1 & wait; done"]
+    for args, expect in ((["--exit-zero-on-stop"], 0), ([], 1)):
+        r = reaper([*args, "--", *child])
+        assert r.readline() == "up"
+        r.send(signal.SIGTERM)
+        assert r.wait() == expect
+    # Without a stop request, the child's failure still shows.
+    r = reaper(["--exit-zero-on-stop", "--", "sh", "-c", "exit 1"])
+    assert r.wait() == 1
+    r = reaper(["--", "sh", "-c", "exit 1"], env={"REAPER_EXIT_ZERO_ON_STOP": "1"})
+    assert r.wait() == 1
 
 
 def test_remap_exit():

@@ -118,7 +118,7 @@ def test_raycluster_runs_reaper_as_pid1_with_ray_as_its_main_child():
             assert cfg.command[:2] == ["bash", "-c"] and len(cfg.command) == 3
             script = cfg.command[2]
             assert script.startswith("ulimit -n 65536;") and script.endswith(KUBERAY_EXEC)
-            assert 143 in cfg.remap_exit
+            assert 143 in cfg.remap_exit and cfg.exit_zero_on_stop
             # Grace periods nest: Ray's drain, then reaper's grace, inside the pod's.
             drain = float(env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"])
             assert t["spec"]["terminationGracePeriodSeconds"] > drain + cfg.grace
