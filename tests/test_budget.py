@@ -25,13 +25,13 @@ V1_CPU = "/sys/fs/cgroup/cpu"
 
 
 @pytest.fixture
-def reaper():
+def reaper(reaper):
     """conftest's factory, plus: a reaper killed by a failing test cannot remove
     the cgroups it made; remove them here (found in its log)."""
     started = []
 
     def start(args, **kw):
-        r = Reaper(args, **kw)
+        r = reaper(args, **kw)
         started.append(r)
         return r
     yield start

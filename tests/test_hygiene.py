@@ -87,8 +87,8 @@ def test_pid1_survives_errors_in_policy_code(reaper, tmp_path):
         "reaper.stats.Stats.record_reap = boom\n"
     )
     # -w: every orphan is an event, so its bookkeeping runs in Python (and fails).
-    r = reaper(["-w", "--", "sh", "-c", "for i in 1 2 3 4 5; do (true &); done; echo made; "
-                "trap 'exit 6' USR1; while :; do sleep 1 & wait; done"],
+    r = reaper(["-w", "--", "sh", "-c", "trap 'exit 6' USR1; for i in 1 2 3 4 5; do (true &); done; "
+                "echo made; while :; do sleep 1 & wait; done"],
                env={"PYTHONPATH": str(site)})
     assert r.readline() == "made"
     wait_for(lambda: not zombies_of(r.pid), 10, what="orphans reaped despite the fault")

@@ -21,7 +21,9 @@ def test_known_events_exact_counts_and_types(reaper, tmp_path):
         send_and_confirm(r, sig, sigs, i + 1)
 
     # The main child still runs: everything below is a live scrape.
-    s = wait_scrape(port, lambda s: s.total("reaper_reaped_total") == 6 and s.value("reaper_zombies") == 1,
+    # (The zombie's age counts in clock ticks: await the first one.)
+    s = wait_scrape(port, lambda s: s.total("reaper_reaped_total") == 6 and s.value("reaper_zombies") == 1
+                    and s.value("reaper_zombie_oldest_age_seconds") > 0,
                     "6 orphans reaped and one zombie left")
     assert s.value("reaper_reaped_total", kind="orphan", outcome="exited_0") == 3
     assert s.value("reaper_reaped_total", kind="orphan", outcome="exited_nonzero") == 2

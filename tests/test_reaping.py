@@ -53,8 +53,8 @@ def test_pre_existing_children_are_reaped_and_not_mistaken_for_main(tmp_path):
 def test_not_pid1_registers_as_subreaper_and_reaps_orphans(reaper, tmp_path):
     pidfile = tmp_path / "grandchild"
     # The main child double-forks: the grandchild is re-parented to reaper, not to PID 1.
-    r = reaper(["-vv", "--", "sh", "-c", f"(sleep 30 & echo $! > {pidfile}) ; echo started; "
-                "trap 'exit 0' USR1; while :; do sleep 1 & wait; done"], pid1=False)
+    r = reaper(["-vv", "--", "sh", "-c", f"trap 'exit 0' USR1; (sleep 30 & echo $! > {pidfile}) ; "
+                "echo started; while :; do sleep 1 & wait; done"], pid1=False)
     assert r.readline() == "started"
     gc = int(wait_for(lambda: pidfile.read_text().strip() if pidfile.exists() else "", 10))
     assert int(proc_status(gc)["PPid"]) == r.pid
