@@ -13,6 +13,7 @@ ffi.cdef(
     #define REAPER_WAIT_MORE ...
     #define REAPER_MAX_SIGNAL ...
     #define REAPER_LATENCY_BOUNDS ...
+    #define REAPER_FWD_USER_ONLY ...
 
     struct reaper_event {
         int kind;
@@ -20,6 +21,7 @@ ffi.cdef(
         int signo;
         int code;
         int uid;
+        int forwarded;
         long utime_us;
         long stime_us;
         long maxrss_kb;
@@ -38,6 +40,10 @@ ffi.cdef(
     struct reaper_waitspec {
         int watch_pid;
         int report_all;
+        int self_pid;
+        int forward_pid;
+        int forward_group;
+        int forward[...];
         int nbounds;
         int64_t bounds_ns[...];
         struct reaper_totals totals;

@@ -167,7 +167,28 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
     return pid;
 }
 
-static void take_signals(int sfd, struct reaper_event *events, int cap, int *n, int64_t woke)
+/* Returns the signal sent to the main child, 0 if none is due, -errno on failure.
+ * The main child cannot have been reaped while forward_pid names it: the
+ * reap that would end it comes after the signals in the same call, and Python
+ * clears forward_pid before the next one. */
+static int forward_signal(const struct reaper_waitspec *spec, const struct signalfd_siginfo *si)
+{
+    if (spec->forward_pid <= 0 || si->ssi_signo > REAPER_MAX_SIGNAL || (int)si->ssi_pid == spec->self_pid)
+        return 0;
+    int entry = spec->forward[si->ssi_signo];
+    int target = entry & ~REAPER_FWD_USER_ONLY;
+    if (target == 0)
+        return 0;
+    if ((entry & REAPER_FWD_USER_ONLY) && si->ssi_code != SI_USER && si->ssi_code != SI_QUEUE)
+        return 0;
+    if (spec->forward_group && kill(-spec->forward_pid, target) == 0)
+        return target;
+    /* No group (the child left it or is gone): the child itself. */
+    return kill(spec->forward_pid, target) == 0 ? target : -errno;
+}
+
+static void take_signals(int sfd, const struct reaper_waitspec *spec, struct reaper_event *events,
+                         int cap, int *n, int64_t woke)
 {
     struct signalfd_siginfo si[16];
     ssize_t got;
@@ -181,6 +202,7 @@ static void take_signals(int sfd, struct reaper_event *events, int cap, int *n, 
                 continue;
             struct reaper_event *ev = &events[(*n)++];
             memset(ev, 0, sizeof *ev);
+            ev->forwarded = forward_signal(spec, &si[i]);
             ev->kind = REAPER_EV_SIGNAL;
             ev->signo = (int)si[i].ssi_signo;
             ev->pid = (int)si[i].ssi_pid;
@@ -269,7 +291,7 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
     if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
         return -errno;
     int64_t woke = monotonic_ns();
-    take_signals(sfd, events, cap, &n, woke);
+    take_signals(sfd, spec, events, cap, &n, woke);
     reap_children(spec, events, cap, &n, woke, state);
     if (n == cap)
         *state |= REAPER_WAIT_MORE;

@@ -14,6 +14,7 @@ struct reaper_event {
     int signo;         /* signal number (signal events) */
     int code;          /* si_code (signal) or wait status (exit) */
     int uid;           /* sender uid (signal events) */
+    int forwarded;     /* signal sent to the main child, 0 if none, -errno if that failed */
     long utime_us;     /* rusage of a reaped child */
     long stime_us;
     long maxrss_kb;
@@ -34,10 +35,20 @@ struct reaper_totals {
     int64_t cpu_us;                              /* user + system */
 };
 
-/* What reaper_wait reports as events, and where it counts the rest. */
+/* In reaper_waitspec.forward[]: forward only a signal another process sent
+ * (si_code SI_USER or SI_QUEUE), never one the kernel raised. */
+#define REAPER_FWD_USER_ONLY 0x10000
+
+/* What reaper_wait reports as events, where it counts the rest, and where it
+ * forwards signals. The forwarding table is policy, set from Python; doing
+ * the kill() here keeps the interpreter off the signal's path. */
 struct reaper_waitspec {
     int watch_pid;        /* always an event when reaped (the main child); 0: none */
     int report_all;       /* every reaped child is an event */
+    int self_pid;         /* reaper's pid: signals it raised itself are not forwarded */
+    int forward_pid;      /* the main child; 0: forward nothing */
+    int forward_group;    /* signal its process group, or the child if the group is gone */
+    int forward[REAPER_MAX_SIGNAL + 1]; /* signal to send for each received, | REAPER_FWD_USER_ONLY; 0: none */
     int nbounds;          /* latency bucket upper bounds, ascending */
     int64_t bounds_ns[REAPER_LATENCY_BOUNDS];
     struct reaper_totals totals;

@@ -46,17 +46,30 @@ class Waiter:
         for i, b in enumerate(bounds):
             self.spec.bounds_ns[i] = b
         self.totals = self.spec.totals      # a live view of the C counters
+        self.spec.self_pid = os.getpid()
 
     def watch(self, pid: int, report_all: bool) -> None:
         """pid's exit is always an event; report_all makes every exit one."""
         self.spec.watch_pid = pid
         self.spec.report_all = int(report_all)
 
+    def forward(self, pid: int, group: bool, table: dict) -> None:
+        """Forward signals to pid (or its group) from C: table maps each signal
+        received to the one to send (0: none); user_only ones need a sender."""
+        self.spec.forward_group = int(group)
+        for signo in range(len(self.spec.forward)):
+            target, user_only = table.get(signo, (0, False))
+            self.spec.forward[signo] = target | (lib.REAPER_FWD_USER_ONLY if user_only and target else 0)
+        self.spec.forward_pid = pid
+
+    def stop_forwarding(self) -> None:
+        self.spec.forward_pid = 0
+
     def wait(self, timeout_ms: int) -> tuple:
         """Returns (events, no_children, more). timeout_ms -1 waits forever.
 
         The events are views of `struct reaper_event` (fields: kind, pid, signo,
-        code, uid, utime_us, stime_us, maxrss_kb, woke_ns, at_ns) into a buffer
+        code, uid, forwarded, utime_us, stime_us, maxrss_kb, woke_ns, at_ns) into a buffer
         the next wait() overwrites: no Python object is built per event."""
         n = _check(lib.reaper_wait(self.sfd, timeout_ms, self.spec, self._buf, BATCH, self._state))
         buf = self._buf

@@ -65,6 +65,7 @@ class Supervisor:
         self.main_pid = main_pid
         # Orphans are counted in C, unless each one must be seen (-w, debug log).
         self.waiter.watch(main_pid, self.cfg.warn_on_reap or self.debug)
+        self.waiter.forward(main_pid, self.cfg.process_group, self._forward_table())
         more = False
         while True:
             events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
@@ -152,6 +153,7 @@ class Supervisor:
         return f"exit status {os.WEXITSTATUS(status)}"
 
     def _main_exited(self, status: int) -> None:
+        self.waiter.stop_forwarding()     # before the next wait: the pid is free now
         pid, self.main_pid = self.main_pid, None
         self.stats.main_status = status
         self.stats.main_exit_code = exit_code(status)
@@ -161,49 +163,37 @@ class Supervisor:
 
     # --- signals ----------------------------------------------------------
 
+    def _forward_table(self) -> dict:
+        """For the C core: the signal to send for each one received, and whether
+        only another process may have sent it (the fault signals)."""
+        table = {}
+        for signo in range(1, signals.SIGRTMAX + 1):
+            if signo in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+                continue
+            table[signo] = (self.cfg.rewrite.get(signo, signo), signo in signals.FAULT_SIGNALS)
+        return table
+
     def _on_signal(self, ev) -> None:
+        # The C core has already forwarded it (see _forward_table): bookkeeping only.
         signo = ev.signo
-        # A signal reaper raised on itself (SIGPIPE from a write to a closed pipe).
-        if ev.pid == self.pid:
+        if ev.pid == self.pid:       # raised by reaper itself (SIGPIPE from a closed pipe)
             return
-        if signo in signals.FAULT_SIGNALS and ev.code not in (signals.SI_USER, signals.SI_QUEUE):
-            self.stats.signals_received[signals.name(signo)] += 1
+        self.stats.signals_received[signals.name(signo)] += 1
+        if ev.forwarded > 0:
+            self.stats.signals_forwarded[signals.name(ev.forwarded)] += 1
+            if ev.forwarded == signal.SIGTERM:
+                self.stop_forwarded = True
             if self.debug:
-                self.log.debug(f"{signals.name(signo)} from the kernel (si_code {ev.code}) not forwarded")
-            return
+                self.log.debug(f"forwarded {signals.name(signo)} as {signals.name(ev.forwarded)} to "
+                               f"{'the group of ' if self.cfg.process_group else ''}{self.main_pid}")
+        elif self.debug and self.phase == "running":
+            why = os.strerror(-ev.forwarded) if ev.forwarded < 0 else \
+                "raised by the kernel" if signo in signals.FAULT_SIGNALS else "dropped by --rewrite"
+            self.log.debug(f"{signals.name(signo)} not forwarded: {why}")
         if signo == signal.SIGTERM or signo == signal.SIGINT:
             self.term_count += 1
-        if self.phase == "running":
-            # Forward first, count after: the bookkeeping must not add to the latency.
-            target = self.cfg.rewrite.get(signo, signo)
-            if target:
-                self._forward(target)
-            elif self.debug:
-                self.log.debug(f"{signals.name(signo)} dropped (--rewrite)")
-        else:
+        if self.phase != "running":
             self._signal_while_draining(signo, signals.name(signo))
-        self.stats.signals_received[signals.name(signo)] += 1
-
-    def _forward(self, signo: int) -> None:
-        # The main child is not reaped yet (that would have ended this phase),
-        # so its pid cannot have been reused.
-        pid = self.main_pid
-        try:
-            if self.cfg.process_group:
-                try:
-                    os.kill(-pid, signo)
-                except ProcessLookupError:
-                    os.kill(pid, signo)     # the child left its group
-            else:
-                os.kill(pid, signo)
-        except ProcessLookupError:
-            self.log.debug(f"main child {pid} gone before {signals.name(signo)} could be forwarded")
-            return
-        if signo == signal.SIGTERM:
-            self.stop_forwarded = True
-        self.stats.signals_forwarded[signals.name(signo)] += 1
-        if self.debug:
-            self.log.debug(f"forwarded {signals.name(signo)} to {'group ' if self.cfg.process_group else ''}{pid}")
 
     def _signal_while_draining(self, signo: int, sname: str) -> None:
         if signo in (signal.SIGTERM, signal.SIGINT) and self.term_count >= FORCE_AFTER \
