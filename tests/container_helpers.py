@@ -42,7 +42,7 @@ SUITE = "bookworm"
 MIRROR = os.environ.get("REAPER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 PACKAGES = ("python3", "python3-pip", "procps")
 # What `pip wheel .` needs, as in .dockerignore.
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "bin", "reaper", "csrc")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "bin", "reaper", "csrc")
 IMAGE_PYTHON = "/usr/bin/python3"
 KEEP_IMAGES = 3                  # older image directories are removed
 
