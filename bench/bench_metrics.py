@@ -16,7 +16,6 @@ Results: docs/benchmarks-metrics.md. Stdlib only.
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import platform
 import shutil
@@ -25,50 +24,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from abuse import STORM_CHILD, Abuse
+
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 REAPER = shutil.which("reaper") or str(Path(sys.executable).with_name("reaper"))
-
-STORM_CHILD = r'''
-import os, signal, sys, time
-signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-d, n = sys.argv[1], int(sys.argv[2])
-def reaper_children():
-    with open("/proc/1/task/1/children") as f:
-        return len(f.read().split())
-open(f"{d}/ready", "w").write("1")
-k = 0
-while True:
-    k += 1
-    while not os.path.exists(f"{d}/go-{k}"):
-        if os.path.exists(f"{d}/exit"):
-            sys.exit(0)
-        time.sleep(0.002)
-    r, w = os.pipe()
-    for _ in range(n):
-        mid = os.fork()
-        if mid == 0:
-            if os.fork() == 0:
-                os.close(w)
-                os.read(r, 1)
-                os._exit(0)
-            os._exit(0)
-        os.waitpid(mid, 0)
-    os.close(r)
-    while reaper_children() != n + 1:
-        time.sleep(0.001)
-    start = time.monotonic()
-    os.close(w)
-    while reaper_children() > 1:
-        time.sleep(0.0002)
-    elapsed = time.monotonic() - start
-    open(f"{d}/result-{k}.tmp", "w").write(repr(elapsed))
-    os.rename(f"{d}/result-{k}.tmp", f"{d}/result-{k}")
-'''
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -87,74 +49,6 @@ def wait_file(path: Path, timeout: float = 120.0) -> str:
             pass
         time.sleep(0.005)
     raise TimeoutError(f"no {path} after {timeout}s")
-
-
-def get(port: int, timeout: float = 10.0) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", "/metrics")
-        r = conn.getresponse()
-        r.read()
-        return r.status
-    finally:
-        conn.close()
-
-
-class Abuse:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stop = threading.Event()
-        self.lat: list = []
-        self.status: dict = {}
-        self.lock = threading.Lock()
-        self.threads = ([threading.Thread(target=self._loris, daemon=True) for _ in range(4)] +
-                        [threading.Thread(target=self._rapid, daemon=True) for _ in range(4)] +
-                        [threading.Thread(target=self._garbage, daemon=True)])
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(15)
-
-    def _loris(self) -> None:
-        while not self.stop.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
-                    s.sendall(b"GET /metrics HTTP/1.1\r\n")
-                    while not self.stop.wait(0.3):
-                        s.sendall(b"X-Slow: 1\r\n")
-            except OSError:
-                pass
-
-    def _rapid(self) -> None:
-        while not self.stop.is_set():
-            t = time.monotonic()
-            try:
-                st = get(self.port)
-            except OSError:
-                st = "error"
-            with self.lock:
-                self.lat.append(time.monotonic() - t)
-                self.status[st] = self.status.get(st, 0) + 1
-
-    def _garbage(self) -> None:
-        junk = [b"\x00\xff" * 500 + b"\r\n\r\n", b"GET\r\n\r\n", b"BREW / HTCPCP/1.0\r\n\r\n",
-                b"GET / HTTP/1.1\r\nX: " + b"a" * 40000 + b"\r\n\r\n"]
-        i = 0
-        while not self.stop.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
-                    s.sendall(junk[i % len(junk)])
-                    s.shutdown(socket.SHUT_WR)
-                    s.recv(4096)
-            except OSError:
-                pass
-            i += 1
 
 
 def run_config(name: str, n: int, rounds: int) -> dict:
@@ -176,7 +70,7 @@ def run_config(name: str, n: int, rounds: int) -> dict:
         for k in range(1, rounds + 1):
             if name.endswith("abused"):
                 with Abuse(port) as abuse_now:
-                    while len(abuse_now.lat) < 50:      # in full swing first
+                    while len(abuse_now.latencies) < 50:      # in full swing first
                         time.sleep(0.01)
                     (d / f"go-{k}").touch()
                     times.append(float(wait_file(d / f"result-{k}")))
@@ -193,18 +87,18 @@ def run_config(name: str, n: int, rounds: int) -> dict:
         shutil.rmtree(d, ignore_errors=True)
     out = {"name": name, "times": times}
     if abuse is not None:
-        lat = sorted(abuse.lat)
+        lat = sorted(abuse.latencies)
         out["scrapes"] = len(lat)
         out["scrape_p50"] = lat[len(lat) // 2]
         out["scrape_p99"] = lat[int(len(lat) * 0.99)]
-        out["status"] = abuse.status
+        out["status"] = abuse.statuses
     return out
 
 
 def _merge(a: Abuse, b: Abuse) -> Abuse:
-    a.lat += b.lat
-    for k, v in b.status.items():
-        a.status[k] = a.status.get(k, 0) + v
+    a.latencies += b.latencies
+    for k, v in b.statuses.items():
+        a.statuses[k] = a.statuses.get(k, 0) + v
     return a
 
 

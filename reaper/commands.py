@@ -316,12 +316,9 @@ def watch_command(argv: list, sfd: int) -> int:
     scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set(), watch=True)
     plugins = exporter.start(scope)
     if cfg.budgets_enabled:
-        try:
-            from reaper import budget
-        except ImportError:
-            log.error("CPU budgets are not available in this build: observing only")
-        else:
-            plugins.append(budget.Enforcer(cfg, log, stats.budget, scope))
+        from reaper import budget
+
+        plugins.append(budget.Enforcer(cfg, log, stats.budget, scope))
     log.info(f"watching PID namespace (pid {os.getpid()})"
              + (f", metrics on {cfg.metrics_address}:{cfg.metrics_port}" if cfg.metrics_port else ""))
 

@@ -1,11 +1,8 @@
 """Point 6: at the end, SIGTERM to what is left, a grace period, SIGKILL, reap, exit."""
-import os
 import signal
 import subprocess
 
-import pytest
-
-from conftest import Reaper, children_of, proc_status, py, run_reaper, summary, wait_for
+from conftest import py, run_reaper, summary, wait_for
 
 
 def _leaver(log, handler_body="", ignore_term=False, main_code=3, detach=False):

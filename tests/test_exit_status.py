@@ -1,11 +1,10 @@
 """Point 1: exit status, and bad input: one line on stderr, conventional status, no traceback."""
-import os
 import signal
 import stat
 
 import pytest
 
-from conftest import REAPER, run_reaper
+from conftest import run_reaper
 
 
 @pytest.mark.parametrize("code", [0, 1, 3, 255])

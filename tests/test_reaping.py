@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from conftest import (REAPER, UNSHARE, Reaper, children_of, proc_status, py, run_reaper, summary,
-                      wait_for, zombies_of)
+from conftest import REAPER, UNSHARE, children_of, proc_status, run_reaper, summary, wait_for, zombies_of
+
 
 # The main child: a storm of orphans, then it waits for SIGUSR1 before exiting 0.
 def _storm_then_wait(storm_bin, n):

@@ -4,12 +4,11 @@ import os
 import pty
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import PYTHON, REAPER, Reaper, children_of, proc_status, py, run_reaper, summary, wait_for
+from conftest import PYTHON, REAPER, Reaper, proc_status, py, run_reaper, summary, wait_for
 
 RTMAX = signal.SIGRTMAX
 # Everything a process can catch, less SIGCHLD (never forwarded), the job-control input/output

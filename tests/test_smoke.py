@@ -1,4 +1,4 @@
-from conftest import run_reaper, py
+from conftest import run_reaper
 
 
 def test_exit_status_as_pid1():

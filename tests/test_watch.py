@@ -112,10 +112,6 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
 
 def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
     """With a CPU budget, the sidecar runs the budget enforcer over the namespace and says so."""
-    try:
-        import reaper.budget  # noqa: F401
-    except ImportError:
-        pytest.skip("reaper/budget.py is not there yet")
     port = free_port()
     ns = _start(tmp_path, port, "--cpu-budget 0.5 --budget-action observe --budget-interval 0.2")
     namespace(ns)
