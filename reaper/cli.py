@@ -98,6 +98,7 @@ def _run(cfg, sfd: int, inherited: list) -> int:
     pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0))
     if exec_errno:
         log.error(f"cannot run {cfg.command[0]!r}: {os.strerror(exec_errno)}")
+        os.waitpid(pid, 0)          # the child has already _exit()ed: leave no zombie
         return 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
 
     # The child runs: now the things that may take time.
