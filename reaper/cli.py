@@ -19,6 +19,12 @@ def _usage_error(msg: str) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "stats":      # a plain client: Ctrl-C must work as usual
+        from reaper import commands
+
+        return commands.run("stats", argv[1:], None)
+
     # Before anything else: block the signals we handle, so none is lost or
     # delivered to a thread the interpreter starts later.
     try:
@@ -27,12 +33,11 @@ def main(argv=None) -> int:
         os.write(2, f"reaper: cannot set up signal handling: {e.strerror}\n".encode())
         return 1
     inherited = _inherited_fds(sfd)
-    argv = sys.argv[1:] if argv is None else argv
 
-    if argv and argv[0] in ("stats", "watch"):
+    if argv and argv[0] == "watch":
         from reaper import commands
 
-        return commands.run(argv[0], argv[1:], sfd)
+        return commands.run("watch", argv[1:], sfd)
 
     from reaper import options
 

@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(message)
 
 
-def run(name: str, argv: list, sfd: int) -> int:
+def run(name: str, argv: list, sfd: "int | None") -> int:
     try:
         if name == "stats":
             return stats_command(argv)
