@@ -219,11 +219,14 @@ def test_metrics_are_scraped_through_a_published_port(rootfs, out, containers):
     orphans = (("kind", "orphan"), ("outcome", "exited_0"))
 
     def reaped():
+        # The zombie gauge comes from a /proc scan that scrapes share for 0.5 s: it may
+        # lag the reap counters by one scan, so await both.
         try:
-            return _scrape(url + "/metrics").get(("reaper_reaped_total", orphans), 0) >= 20
+            m = _scrape(url + "/metrics")
         except OSError:
             return False
-    wait_for(reaped, timeout=30, interval=0.2, what="20 orphans in reaper_reaped_total")
+        return m.get(("reaper_reaped_total", orphans), 0) >= 20 and m.get(("reaper_zombies", ()), 1) == 0
+    wait_for(reaped, timeout=30, interval=0.2, what="20 orphans reaped and no zombie left")
     m = _scrape(url + "/metrics")
     assert m[("reaper_reaped_total", orphans)] == 20            # the intermediates, exactly
     assert m[("reaper_main_child_up", ())] == 1
