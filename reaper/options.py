@@ -320,6 +320,12 @@ _LONG = {"--" + o.long: o for o in OPTIONS}
 _SHORT = {"-" + o.short: o for o in OPTIONS if o.short}
 
 
+def _next_value(argv: list, i: int, flag: str) -> str:
+    if i == len(argv):
+        raise UsageError(f"option {flag} requires an argument")
+    return argv[i]
+
+
 def _scan(argv: list) -> tuple:
     """Splits argv into [(Option, flag, value)] and the command, POSIX style."""
     found, i = [], 0
@@ -343,9 +349,7 @@ def _scan(argv: list) -> tuple:
             else:
                 if not eq:
                     i += 1
-                    if i == len(argv):
-                        raise UsageError(f"option {name} requires an argument")
-                    value = argv[i]
+                    value = _next_value(argv, i, name)
                 found.append((opt, name, value))
             i += 1
             continue
@@ -364,9 +368,7 @@ def _scan(argv: list) -> tuple:
             value = arg[j + 1:]
             if not value:
                 i += 1
-                if i == len(argv):
-                    raise UsageError(f"option {flag} requires an argument")
-                value = argv[i]
+                value = _next_value(argv, i, flag)
             found.append((opt, flag, value))
             break
         i += 1

@@ -226,8 +226,10 @@ class Supervisor:
         return alive
 
     def _signal_scope(self, signo: int) -> None:
-        if self.is_pid1 and os.getpid() == 1:
-            # PID 1 of its own namespace: -1 is exactly "everyone but me".
+        # Checked at the call, not from startup state: getpid() == 1 means PID 1 of
+        # its own namespace, where -1 is exactly "everyone but me". Anywhere else
+        # kill(-1) would reach every process the user owns.
+        if os.getpid() == 1:
             try:
                 os.kill(-1, signo)
             except ProcessLookupError:

@@ -70,26 +70,6 @@ def pids_tagged(tag: str) -> list:
     return out
 
 
-def descendants(pid: int) -> list:
-    """Host pids below pid (via /proc/PID/task/*/children)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tids:
-            try:
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
-
-
 def stat(pid: int) -> dict:
     with open(f"/proc/{pid}/stat") as f:
         data = f.read()

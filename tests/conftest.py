@@ -54,6 +54,26 @@ def children_of(pid: int) -> list:
         return []
 
 
+def descendants(root: int) -> list:
+    """Host pids below root, every thread's children included (/proc/PID/task/TID/children)."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
 def proc_status(pid: int) -> dict:
     out = {}
     with open(f"/proc/{pid}/status") as f:

@@ -60,6 +60,17 @@ class Scrape:
         return self.families[family].type
 
 
+def sample_map(url: str) -> dict:
+    """GET url (a /metrics through any route, e.g. a container's published port):
+    {(sample name, sorted label pairs): value}."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in Scrape(text).families.values() for s in f.samples}
+
+
 def scrape(port: int) -> Scrape:
     status, _, body = get(port)
     assert status == 200, status

@@ -157,22 +157,11 @@ def read_stat(pid: int):
 
 
 def tree(root: int) -> list:
-    """root and every descendant (host pids), by /proc/PID/task/TID/children."""
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-            except OSError:
-                pass
-    return found
+    """root and every descendant (host pids). Test side only: this module also runs
+    as a script inside Ray, where the test harness is not importable."""
+    from conftest import descendants
+
+    return [root, *descendants(root)]
 
 
 def zombies(root: int) -> list:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, wait_for, free_port
+from conftest import PYTHON, descendants, free_port, wait_for
 import budget_helpers as bh
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
@@ -108,7 +108,7 @@ def test_idle_worker_child_is_stray_running_task_and_actor_children_are_not(reap
         for pid in (in_task, in_actor):
             assert os.sched_getscheduler(pid) != os.SCHED_IDLE and bh.stat(pid)["nice"] != 19
         # Ray's own processes are never strays.
-        for pid in bh.descendants(r.pid):
+        for pid in descendants(r.pid):
             comm = Path(f"/proc/{pid}/comm").read_text().strip()
             if comm in ("raylet", "gcs_server") or comm.startswith("ray::"):
                 assert os.sched_getscheduler(pid) != os.SCHED_IDLE, comm

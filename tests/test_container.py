@@ -16,6 +16,7 @@ import pytest
 
 from conftest import free_port, wait_for, wait_for_file
 from container_helpers import Container, image_rootfs, missing_tools, run
+from metrics_helpers import sample_map as _scrape
 
 pytestmark = pytest.mark.container
 
@@ -182,18 +183,6 @@ def test_zombies_made_inside_are_reaped(rootfs):
     # The same workload as PID 1 itself (no init): the orphans stay zombies.
     control = run(rootfs, [PY, "-c", ZOMBIES])
     assert int(control.stdout.split()[0]) >= 100
-
-
-def _scrape(url: str) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=5) as r:
-        text = r.read().decode()
-    samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return samples
 
 
 ORPHANS = r"""

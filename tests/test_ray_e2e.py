@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import pytest
 
 import ray_helpers as rh
 from conftest import free_port, wait_for, wait_for_file
+from metrics_helpers import sample_map as _scrape
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
 
@@ -50,18 +50,6 @@ def _ray_bin() -> str:
     if not os.path.exists(ray):
         pytest.skip("ray is not installed (pip install 'ray==2.60.0')")
     return ray
-
-
-def _scrape(url: str) -> dict:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(url, timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def _total(samples: dict, name: str, **labels) -> float:
