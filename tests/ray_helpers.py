@@ -179,6 +179,89 @@ def find_marked(root: int, name: str):
     return None
 
 
+# --- starting a head under reaper (test side) ---------------------------------------
+
+def _reserved_ports(count: int) -> list:
+    """count consecutive free ports below the kernel's ephemeral range. While Ray starts
+    it opens hundreds of connections, each from an ephemeral port; a port picked in
+    that range could be taken by one of them before the server meant for it binds."""
+    import random
+    import socket
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    low = 20000                      # above Ray's default worker ports (10002-19999)
+    for _ in range(200):
+        base = random.randrange(low, max(low + 1, ephemeral_low - count))
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return list(range(base, base + count))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports below {ephemeral_low}")
+
+
+def head_command(ray: str, temp_dir: str, num_cpus: int) -> tuple:
+    """(`ray start --head --block ...` on loopback with every port named, its GCS port)."""
+    workers = 100                    # one port per live worker; Ray leaves some unused
+    gcs, *named, worker_low = _reserved_ports(7 + workers)[:8]
+    worker_high = worker_low + workers - 1
+    names = ("node-manager-port", "object-manager-port", "metrics-export-port",
+             "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port")
+    argv = [ray, "start", "--head", "--block", f"--num-cpus={num_cpus}", "--include-dashboard=false",
+            "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--port={gcs}",
+            f"--temp-dir={temp_dir}", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_high}",
+            *[f"--{n}={p}" for n, p in zip(names, named)]]
+    return argv, gcs
+
+
+def log_tails(temp_dir: str, limit: int = 1500) -> str:
+    """The end of each of Ray's own logs, to say why a start failed."""
+    import glob
+
+    tails = []
+    for path in sorted(glob.glob(os.path.join(temp_dir, "session_*", "logs", "*"))):
+        if os.path.isfile(path) and os.path.getsize(path):
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - limit))
+                tails.append(f"--- {path}\n{f.read().decode(errors='replace')}")
+    return "\n".join(tails) or f"(no Ray logs under {temp_dir})"
+
+
+def start_head(reaper, reaper_args: list, ray: str, temp_root: str, num_cpus: int, env: dict,
+               attempts: int = 2) -> tuple:
+    """reaper [reaper_args] -- ray start --head --block ..., awaited until Ray says it
+    started: (the Reaper, the GCS port). Ray's own start has fixed 30 s deadlines (the
+    raylet's registration, the GCS's port) that a loaded 2-core machine can overrun; a
+    failed start is retried once, on fresh ports, and reported as a warning."""
+    import warnings
+
+    env = {"RAY_gcs_server_port_wait_time_s": "60", **env}    # 30 s by default
+    failures = []
+    for attempt in range(1, attempts + 1):
+        temp_dir = os.path.join(temp_root, f"t{attempt}")
+        argv, gcs = head_command(ray, temp_dir, num_cpus)
+        r = reaper([*reaper_args, "--", *argv], env=env)
+        try:
+            while "Ray runtime started" not in r.readline(timeout=90):
+                pass
+            if failures:
+                warnings.warn(f"Ray's first start failed, the retry started: {failures[0][:3000]}")
+            return r, gcs
+        except AssertionError as e:
+            r.kill()
+            failures.append(f"ray start failed ({e}); exit status {r.proc.returncode}\n"
+                            f"stdout: {r.stdout[-2000:]}\nstderr: {r.stderr[-3000:]}\n{log_tails(temp_dir)}")
+    raise AssertionError("\n\n".join(failures))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "driver":
         sys.exit(driver(sys.argv[2], sys.argv[3]))

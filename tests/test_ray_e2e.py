@@ -61,29 +61,17 @@ def test_ray_head_under_reaper(reaper, short_tmp, tmp_path):
     ray = _ray_bin()
     out = tmp_path / "out"
     out.mkdir()
-    gcs, metrics = free_port(), free_port()
+    metrics = free_port()
     summary = tmp_path / "summary.json"
     args = ["--grace", str(GRACE), "--metrics-port", str(metrics), "--metrics-address", "127.0.0.1",
             "--summary-file", str(summary), "--exit-zero-on-stop",
             "--cpu-budget", str(BUDGET), "--budget-action", "throttle", "--budget-grace", str(BUDGET_GRACE),
-            "--budget-window", "2", "--budget-interval", "0.5",
-            "--", ray, "start", "--head", "--block", "--num-cpus=4", "--include-dashboard=false",
-            "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--port={gcs}",
-            f"--temp-dir={short_tmp}", f"--metrics-export-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
-            f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}"]
+            "--budget-window", "2", "--budget-interval", "0.5"]
     env = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(RAY_DRAIN),
            # The idle worker must stay in the pool: no idle-worker killing above the soft limit.
            "RAY_num_workers_soft_limit": "32"}
-    r = reaper(args, env=env)
+    r, gcs = rh.start_head(reaper, args, ray, short_tmp, num_cpus=4, env=env)
     root = r.pid
-    try:
-        while "Ray runtime started" not in r.readline(timeout=90):
-            pass
-    except AssertionError:
-        r.kill()
-        raise AssertionError(f"ray start failed: {r.stderr[-3000:]}") from None
 
     driver = subprocess.Popen([sys.executable, str(rh.HERE), "driver", f"127.0.0.1:{gcs}", str(out)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
