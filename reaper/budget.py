@@ -237,6 +237,8 @@ class Enforcer:
                 if self._act(t, "nice", lambda h: h.renice(19)):
                     t.action = "nice"
                 self._act(t, "sched_idle", lambda h: h.sched_idle())
+                if t.reason != "match":      # everything in an orphan's or idle task's session is a stray
+                    self._act(t, "autogroup_nice", lambda h: h.autogroup_nice(19))
             if self.level >= 2:
                 budget = cfg.cpu_budget if t.key in over_one else None
                 share = total_share.get(t.key)
@@ -267,7 +269,8 @@ class Enforcer:
 
     def _act(self, t: Tracked, action: str, fn) -> bool:
         try:
-            fn(t.handle)
+            if fn(t.handle) is False:     # nothing to do for this process
+                return False
         except Gone:
             return False
         except OSError as e:

@@ -108,6 +108,27 @@ class Handle:
     def sched_idle(self) -> None:
         self._each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
 
+    def autogroup_nice(self, value: int = 19) -> bool:
+        """Renices the stray's autogroup, if it leads a session of its own. Outside any
+        cpu cgroup (in the root one) the kernel shares CPU between autogroups, one per
+        session, before it looks at nice or SCHED_IDLE: a setsid'd stray alone in its
+        autogroup would keep a full share. Only a session leader's: any other session
+        holds processes that are not strays. False if there was nothing to do."""
+        if not self.same():
+            raise Gone(self.pid)
+        try:
+            if os.getsid(self.pid) != self.pid:
+                return False
+            with open(f"/proc/{self.pid}/autogroup", "w") as f:     # kernels with autogroup only
+                f.write(str(value))
+        except ProcessLookupError:
+            raise Gone(self.pid) from None
+        except FileNotFoundError:
+            return False
+        if not self.same():
+            raise Gone(self.pid)
+        return True
+
     def set_affinity(self, cpus: frozenset) -> None:
         self._each_thread(lambda tid: os.sched_setaffinity(tid, cpus))
 

@@ -279,6 +279,31 @@ def test_main_tree_protected_and_short_lived_untouched(reaper, tmp_path):
     assert s["budget_actions"] == {"nice": 1, "sched_idle": 1}, s     # the control only
 
 
+def _autogroup_nice(pid: int) -> int:
+    with open(f"/proc/{pid}/autogroup") as f:       # "/autogroup-123 nice 0"
+        return int(f.read().split()[-1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="kernel without autogroups")
+def test_a_session_leading_stray_has_its_autogroup_reniced(reaper, tmp_path):
+    # In the root cpu cgroup (so here) the kernel shares CPU between sessions first: a
+    # setsid'd stray alone in its autogroup ignores its own nice and SCHED_IDLE.
+    leader, member = bh.marker(), bh.marker()
+    summary = tmp_path / "summary.json"
+    r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--summary-file", str(summary), *FAST],
+              bh.orphans_then_sleep(f"setsid {bh.busy_argv(leader)}", bh.busy_argv(member)))
+    (pl,) = tagged(leader)
+    (pm,) = tagged(member)
+    assert os.getsid(pl) == pl and os.getsid(pm) == os.getsid(0)   # pm shares this test's session
+    wait_for(lambda: bh.stat(pl)["nice"] == 19 and bh.stat(pm)["nice"] == 19, 30, what="both strays reniced")
+    assert _autogroup_nice(pl) == 19
+    # The other stray's autogroup is this test's own: left alone.
+    assert _autogroup_nice(pm) == _autogroup_nice(os.getpid()) == 0
+    assert stop(r) == 143
+    s = bh.summary(summary)
+    assert s["budget_actions"] == {"nice": 2, "sched_idle": 2, "autogroup_nice": 1}, s
+
+
 def test_stray_match_selects_main_tree_process(reaper, tmp_path):
     inside, other = bh.marker(), bh.marker()
     r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--stray-match", inside, *FAST],

@@ -5,7 +5,7 @@ import signal
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
 from conftest import free_port, wait_for_file
-from metrics_helpers import (EVENTS_CHILD, OPENMETRICS, Scrape, get, scrape, send_and_confirm,
+from metrics_helpers import (EVENTS_CHILD, OPENMETRICS, Scrape, get, send_and_confirm,
                              wait_scrape, write_script)
 
 
@@ -114,8 +114,9 @@ def test_drain_results_are_counted(reaper, tmp_path):
     r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-file", str(mfile),
                 "--grace", "0.5", "--", *write_script(tmp_path, "c.py", code), str(tmp_path)])
     wait_for_file(tmp_path / "ready", 20)
-    s = scrape(port)
-    assert s.value("reaper_processes", **{"class": "main_tree"}) == 2
+    # The metrics file's writer may have scanned /proc just before the fork: await a scan after it.
+    wait_scrape(port, lambda s: s.value("reaper_processes", **{"class": "main_tree"}) == 2,
+                "the main child and its child in the main tree")
     (tmp_path / "go").touch()
     assert r.wait(30) == 0
     final = Scrape(mfile.read_text())
