@@ -78,6 +78,11 @@ def stat(pid: int) -> dict:
             "nice": int(fields[16]), "start": int(fields[19])}
 
 
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+
+
 def proc_uid(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -320,7 +325,9 @@ def recycled_pid() -> dict:
         os.waitpid(pid, 0)
     if new is None:
         return {"reused": False, "forks": forks}
-    time.sleep(0.1)                               # let the new process reach sleep
+    deadline = time.monotonic() + 10              # let the new process reach sleep(1)'s wait
+    while not (_comm(new) == "sleep" and stat(new)["state"] == "S") and time.monotonic() < deadline:
+        time.sleep(0.005)
     before = stat(new)
     results = {}
     for name, handle, fn in (

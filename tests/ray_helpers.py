@@ -123,6 +123,7 @@ def driver(address: str, out: str) -> int:
         assert ray.get(ping.remote(ok), timeout=30) == ok
         latencies.append(time.monotonic() - t0)
         ok += 1
+        _write(os.path.join(out, "pings"), str(ok))
         time.sleep(0.1)
     _write(os.path.join(out, "health.json"), json.dumps({"ok": ok, "max_latency": max(latencies, default=0)}))
     # Stay connected (the job is not over) until the test is done with the cluster.

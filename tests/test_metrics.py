@@ -22,8 +22,10 @@ def test_known_events_exact_counts_and_types(reaper, tmp_path):
 
     # The main child still runs: everything below is a live scrape.
     # (The zombie's age counts in clock ticks: await the first one.)
+    # (The counters are live, the process gauges come from a scan reused for 0.5 s: await both.)
     s = wait_scrape(port, lambda s: s.total("reaper_reaped_total") == 6 and s.value("reaper_zombies") == 1
-                    and s.value("reaper_zombie_oldest_age_seconds") > 0,
+                    and s.value("reaper_zombie_oldest_age_seconds") > 0
+                    and s.value("reaper_processes", **{"class": "stray"}) == 0,
                     "6 orphans reaped and one zombie left")
     assert s.value("reaper_reaped_total", kind="orphan", outcome="exited_0") == 3
     assert s.value("reaper_reaped_total", kind="orphan", outcome="exited_nonzero") == 2

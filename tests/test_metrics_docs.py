@@ -92,13 +92,15 @@ def exported(tmp_path_factory):
     from conftest import Reaper
     r = Reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-file", str(mfile),
                 "--cpu-budget", "1", "--budget-action", "observe", "--",
-                "sh", "-c", f"(sleep 60 &); echo ready > {tmp}/ready; sleep 2; exit 0"],
+                "sh", "-c", f"(sleep 60 &); echo ready > {tmp}/ready; "
+                            f"while [ ! -e {tmp}/go ]; do sleep 0.05; done"],
                preexec_fn=cg[1] if cg else None)
     try:
         wait_for_file(tmp / "ready", 20)
         wait_healthy(port)
         live = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busy_ratio")
                            and s.samples("reaper_visible_memory_cgroups"), "node samples")
+        (tmp / "go").touch()
         assert r.wait(30) == 0
     finally:
         r.kill()

@@ -41,7 +41,7 @@ def test_core_signals_follow_a_pinned_busy_loop(reaper, tmp_path, mode, code):
                     "a first CPU sample")
     ncpu = len(s.samples("reaper_node_cpu_busy_ratio"))
     assert ncpu == len([ln for ln in open("/proc/stat") if ln[:3] == "cpu" and ln[3].isdigit()])
-    before = s.value("reaper_node_cpu_saturated_seconds_total", cpu=label)
+    before, t0 = s.value("reaper_node_cpu_saturated_seconds_total", cpu=label), time.monotonic()
     load = _load(cpu, code, LOAD_SECONDS)
     seen_busy, seen_mode, seen_busiest = [], [], []
     try:
@@ -56,12 +56,15 @@ def test_core_signals_follow_a_pinned_busy_loop(reaper, tmp_path, mode, code):
         load.wait(30)
     time.sleep(1.1)                   # the sample that closes the loaded interval
     after = scrape(port).value("reaper_node_cpu_saturated_seconds_total", cpu=label)
+    elapsed = time.monotonic() - t0
     assert max(seen_busy) >= 0.95, seen_busy
     assert max(seen_busiest) >= 0.95, seen_busiest
-    assert max(seen_mode) >= 0.5, (mode, seen_mode)
-    # Seconds at >= 95 % busy grew by (most of) the loaded time.
+    # The loop's mode dominates the core (other tests may share the core: relative to busy).
+    assert max(m / b for m, b in zip(seen_mode, seen_busy) if b) >= 0.5, (mode, seen_mode, seen_busy)
+    # Seconds at >= 95 % busy grew by (most of) the loaded time, and by no more than the
+    # time that passed (the other worker's tests may keep the core busy around the load).
     assert after - before >= LOAD_SECONDS - 2.0, (before, after)
-    assert after - before <= LOAD_SECONDS + 3.0, (before, after)
+    assert after - before <= elapsed + 1.0, (before, after, elapsed)
 
 
 def test_cgroup_counts(reaper, tmp_path):

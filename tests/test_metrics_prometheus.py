@@ -48,7 +48,7 @@ def test_prometheus_scrapes_reaper(reaper, tmp_path):
     wait_healthy(port)
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n"
         "scrape_configs:\n  - job_name: reaper\n"
         f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
     prom = subprocess.Popen(
@@ -64,16 +64,17 @@ def test_prometheus_scrapes_reaper(reaper, tmp_path):
                           what="reaper_reaped_total in prometheus")
         assert [float(x["value"][1]) for x in reaped] == [3.0]
         assert reaped[0]["metric"]["outcome"] == "exited_0"
-        info = _query(prom_port, "reaper_build_info")
+        # One slow scrape on a busy machine marks every series stale until the next: await, don't peek.
+        info = wait_for(lambda: _query(prom_port, "reaper_build_info"), 30, 0.5, what="reaper_build_info")
         assert info[0]["metric"]["mode"] == "init"
         # The histogram arrives as a histogram: histogram_quantile works on it.
         q = wait_for(lambda: _query(prom_port, "histogram_quantile(0.5, reaper_reap_latency_seconds_bucket)"),
                      30, 0.5, what="a latency quantile")
         assert 0 < float(q[0]["value"][1]) <= 1.0
-        node = _query(prom_port, "reaper_node_cgroups")
-        assert node, "node signals missing"
+        wait_for(lambda: _query(prom_port, "reaper_node_cgroups"), 30, 0.5, what="node signals")
         # No scrape failed: Prometheus accepted every exposition (it asks for OpenMetrics).
-        assert _query(prom_port, 'scrape_samples_scraped{job="reaper"} > 50')
+        wait_for(lambda: _query(prom_port, 'scrape_samples_scraped{job="reaper"} > 50'), 30, 0.5,
+                 what="a full scrape")
     finally:
         prom.terminate()
         try:

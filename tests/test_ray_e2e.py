@@ -96,6 +96,8 @@ def test_ray_head_under_reaper(reaper, short_tmp, tmp_path):
 
         # Each busy loop is held to its budget (measured from /proc over 4 s, once
         # the free grace and the first window are over).
+        wait_for(lambda: all((out / f"{n}.pid").exists() for n in rh.STRAYS_BUSY), 30, 0.05,
+                 what="the busy strays to record their pids")
         started = min(os.stat(out / f"{n}.pid").st_mtime for n in rh.STRAYS_BUSY)
         time.sleep(max(0.0, started + BUDGET_GRACE + 3 - time.time()))
         before = {n: rh.read_stat(pids[n])[2] for n in rh.STRAYS_BUSY}
@@ -121,6 +123,9 @@ def test_ray_head_under_reaper(reaper, short_tmp, tmp_path):
         assert {(out / f"{n}.pid").read_text() for n in rh.STRAYS_BUSY} <= stray_pids, named
 
         # Ray stayed healthy: the job's tasks completed throughout.
+        # Ray's workers run at nice 15: on a busy machine, give the pings time.
+        wait_for(lambda: (out / "pings").exists() and int((out / "pings").read_text() or 0) >= 10, 60, 0.1,
+                 what="10 pings answered")
         (out / "stop").write_text("1")
         health = json.loads(wait_for_file(out / "health.json", timeout=60))
         assert health["ok"] >= 10, health
@@ -150,7 +155,10 @@ def test_ray_head_under_reaper(reaper, short_tmp, tmp_path):
     result = json.loads(summary.read_text())
     print(f"shutdown took {took:.1f}s, exit status {status}; strays terminated: {terminated}; summary: {result}")
     print("\n".join(drain_log))
-    assert result["drain"] == {"terminated": len(terminated), "killed": 0, "survived": 0}, result
+    # Every recorded SIGTERM is counted; a Ray process still dying when `ray start` exits
+    # may be counted too. Nothing needed a SIGKILL.
+    assert result["drain"]["terminated"] >= len(terminated), result
+    assert result["drain"]["killed"] == 0 and result["drain"]["survived"] == 0, result
     assert result["signals_forwarded"] == 1, result          # the SIGTERM, to `ray start` only
     assert any("received SIGTERM. Draining" in line for line in drain_log), drain_log   # Ray drained
     # Ray 2.60's `ray start --block` exits 1 once its SIGTERM handler has drained and

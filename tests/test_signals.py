@@ -129,6 +129,11 @@ import os, signal, sys, time
 log = {str(log)!r}
 def note(who):
     def h(*_):
+        # With -g the helper got USR1 too: let it write before this exit starts the
+        # drain, whose SIGTERM would otherwise end a helper not yet scheduled.
+        end = time.monotonic() + (10 if {expect_bg} and who == "main" else 0)
+        while time.monotonic() < end and "bg" not in (open(log).read() if os.path.exists(log) else ""):
+            time.sleep(0.01)
         with open(log, "a") as f: f.write(who + "\\n")
         os._exit(0)
     return h
