@@ -17,6 +17,7 @@ does one pressing against its cgroup's quota.
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -49,6 +50,9 @@ class Tracked:
         self.over = False
         self.over_since: Optional[float] = None
         self.niced = False
+        # Everything in an orphan's or an idle task's session is a stray: its autogroup
+        # may be reniced (procctl.Handle.autogroup_nice); not so for --stray-match.
+        self.autogroup_pending = stray.reason != "match"
         self.pinned = False
         self.leaf: Optional[str] = None  # cgroup directory it was moved into
         self.cycled = False              # duty-cycled
@@ -237,8 +241,8 @@ class Enforcer:
                 if self._act(t, "nice", lambda h: h.renice(19)):
                     t.action = "nice"
                 self._act(t, "sched_idle", lambda h: h.sched_idle())
-                if t.reason != "match":      # everything in an orphan's or idle task's session is a stray
-                    self._act(t, "autogroup_nice", lambda h: h.autogroup_nice(19))
+            if self.level >= 1 and t.autogroup_pending:
+                self._renice_autogroup(t)
             if self.level >= 2:
                 budget = cfg.cpu_budget if t.key in over_one else None
                 share = total_share.get(t.key)
@@ -269,8 +273,7 @@ class Enforcer:
 
     def _act(self, t: Tracked, action: str, fn) -> bool:
         try:
-            if fn(t.handle) is False:     # nothing to do for this process
-                return False
+            fn(t.handle)
         except Gone:
             return False
         except OSError as e:
@@ -279,6 +282,23 @@ class Enforcer:
             return False
         self.stats.actions[action] += 1
         return True
+
+    def _renice_autogroup(self, t: Tracked) -> None:
+        try:
+            done = t.handle.autogroup_nice(19)
+        except Gone:
+            t.autogroup_pending = False
+            return
+        except OSError as e:
+            if e.errno == errno.EAGAIN:
+                return      # unprivileged: one autogroup change per 100 ms, machine-wide; next sample
+            t.autogroup_pending = False
+            self._once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
+                                              f"{e.strerror}; going on without it", "warn")
+            return
+        t.autogroup_pending = False
+        if done:
+            self.stats.actions["autogroup_nice"] += 1
 
     # --- throttling --------------------------------------------------------
 
