@@ -25,7 +25,7 @@ from collections import deque
 from typing import Optional
 
 from reaper import stray_cpus
-from reaper.procctl import HAVE_PIDFD, Gone, Handle
+from reaper.procctl import Gone, Handle, pidfds_work
 from reaper.proctable import ProcTable
 from reaper.strays import Finder
 from reaper.throttle import CgroupThrottle, DutyCycler, Unavailable
@@ -87,7 +87,7 @@ class Enforcer:
                 self.log.info(msg)
         except Exception as e:                   # never fatal: leave affinity alone
             self.log.warn(f"--stray-cpus {cfg.stray_cpus}: {e}; affinity left alone")
-        if not HAVE_PIDFD:
+        if not pidfds_work():
             self._once("nopidfd", "no pidfd support: signals to strays go through kill() "
                                   "after a start-time check")
         self.log.debug(f"budgets on: per stray {cfg.cpu_budget}, total {cfg.cpu_budget_total}, "

@@ -17,6 +17,18 @@ from reaper.proctable import read_stat
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 
 
+def pidfds_work() -> bool:
+    """Whether signals can go through pidfds: Python has the calls (3.9+) and the
+    kernel too (5.3+; an older one answers ENOSYS)."""
+    if not HAVE_PIDFD:
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
 class Gone(Exception):
     """The process exited, or its pid now names another process."""
 

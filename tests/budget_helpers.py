@@ -279,11 +279,14 @@ def close_resumes() -> dict:
             "cpu_after": ran, "actions": dict(enf.stats.actions)}
 
 
-def recycled_pid() -> dict:
+def recycled_pid(pidfds: bool = True) -> dict:
     """Pins a process, lets it die, brings its pid back in a new process, then
-    tries every action through the stale handle: each must refuse."""
+    tries every action through the stale handle: each must refuse. Without pidfds
+    (as on kernels before 5.3) signals fall back to a start-time check and kill()."""
     from reaper import procctl
     from reaper.throttle import DutyCycler
+
+    procctl.HAVE_PIDFD = pidfds
 
     # A small pid space so the pid comes around after a few hundred forks.
     # (After a wrap the kernel hands out pids from 300 up: the pid must be above.)
@@ -364,5 +367,6 @@ def recycled_pid() -> dict:
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(HERE))
     what = sys.argv[1]
-    out = {"close-resumes": close_resumes, "recycled-pid": recycled_pid}[what]()
+    out = {"close-resumes": close_resumes, "recycled-pid": recycled_pid,
+           "recycled-pid-no-pidfd": lambda: recycled_pid(pidfds=False)}[what]()
     print(json.dumps(out), flush=True)

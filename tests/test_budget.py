@@ -359,14 +359,16 @@ def test_unprivileged_nice_sched_idle_and_sigstop(reaper, tmp_path):
 
 # --- identity ----------------------------------------------------------------------
 
-def test_recycled_pid_cannot_redirect_an_action():
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "no-pidfd"])
+def test_recycled_pid_cannot_redirect_an_action(pidfds):
+    what = "recycled-pid" if pidfds else "recycled-pid-no-pidfd"
     out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", PYTHON,
-                          bh.__file__, "recycled-pid"], capture_output=True, text=True, timeout=60)
+                          bh.__file__, what], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     res = __import__("json").loads(out.stdout)
     assert res["reused"], f"pid did not come around in {res['forks']} forks"
     assert res["new_start_differs"]
-    assert res["early_fd"]
+    assert res["early_fd"] == pidfds
     assert set(res["results"].values()) == {"refused"}, res["results"]
     assert res["alive"] and res["new_state"] == "S"       # not killed, not stopped
     assert res["new_nice"] == 0 and res["new_policy_other"]
