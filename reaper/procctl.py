@@ -131,8 +131,12 @@ class Handle:
         try:
             if os.getsid(self.pid) != self.pid:
                 return False
-            with open(f"/proc/{self.pid}/autogroup", "w") as f:     # kernels with autogroup only
-                f.write(str(value))
+            # No O_CREAT: a kernel without autogroups has no such file.
+            fd = os.open(f"/proc/{self.pid}/autogroup", os.O_WRONLY)
+            try:
+                os.write(fd, str(value).encode())
+            finally:
+                os.close(fd)
         except ProcessLookupError:
             raise Gone(self.pid) from None
         except FileNotFoundError:
