@@ -286,9 +286,12 @@ def test_main_tree_protected_and_short_lived_untouched(reaper, tmp_path):
     assert s["budget_actions"] == {"nice": 1, "sched_idle": 1}, s     # the control only
 
 
-def _autogroup_nice(pid: int) -> int:
+def _autogroup_nice(pid: int):
+    """The nice of pid's autogroup; None in the kernel's root autogroup (the session
+    of a process that never called setsid since boot), whose file is empty."""
     with open(f"/proc/{pid}/autogroup") as f:       # "/autogroup-123 nice 0"
-        return int(f.read().split()[-1])
+        words = f.read().split()
+    return int(words[-1]) if words else None
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="kernel without autogroups")
@@ -303,18 +306,20 @@ def test_a_session_leading_stray_has_its_autogroup_reniced(reaper, user):
     shared = tempfile.mkdtemp(prefix="reaper-budget-")     # reachable by uid 1000
     os.chmod(shared, 0o777)
     summary = os.path.join(shared, "summary.json")
+    # reaper starts in a session of its own, so the member's autogroup is a real one
+    # (a CI runner's session may be the kernel's root autogroup, which has no nice).
     r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--summary-file", summary, *FAST],
               bh.orphans_then_sleep(*[f"setsid {bh.busy_argv(t)}" for t in leaders], bh.busy_argv(member)),
-              user=user)
+              user=user, preexec_fn=os.setsid)
     pls = [tagged(t)[0] for t in leaders]
     (pm,) = tagged(member)
     assert all(os.getsid(p) == p for p in pls)
-    assert os.getsid(pm) == os.getsid(0)                 # pm shares this test's session
+    assert os.getsid(pm) == os.getsid(r.pid) == r.proc.pid    # pm shares reaper's session
     wait_for(lambda: all(bh.stat(p)["nice"] == 19 for p in (*pls, pm))
              and all(_autogroup_nice(p) == 19 for p in pls),
              30, what="every stray reniced, and the session leaders' autogroups")
-    # The other stray's autogroup is this test's own: left alone.
-    assert _autogroup_nice(pm) == _autogroup_nice(os.getpid()) == 0
+    # The other stray's autogroup is reaper's own session's: left alone.
+    assert _autogroup_nice(pm) == _autogroup_nice(r.proc.pid) == 0
     assert stop(r) == 143
     s = bh.summary(summary)
     shutil.rmtree(shared)
