@@ -313,7 +313,8 @@ def test_a_session_leading_stray_has_its_autogroup_reniced(reaper, user):
               user=user, preexec_fn=os.setsid)
     pls = [tagged(t)[0] for t in leaders]
     (pm,) = tagged(member)
-    assert all(os.getsid(p) == p for p in pls)
+    # Found by argv, a leader may still be setsid(1) before its setsid() call.
+    wait_for(lambda: all(os.getsid(p) == p for p in pls), 10, what="the leaders to lead their sessions")
     assert os.getsid(pm) == os.getsid(r.pid) == r.proc.pid    # pm shares reaper's session
     wait_for(lambda: all(bh.stat(p)["nice"] == 19 for p in (*pls, pm))
              and all(_autogroup_nice(p) == 19 for p in pls),
