@@ -39,6 +39,8 @@ ffi.cdef(
 
     struct reaper_waitspec {
         int watch_pid;
+        int watch_reaped;
+        int watch_status;
         int report_all;
         int self_pid;
         int forward_pid;

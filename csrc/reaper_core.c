@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,7 +82,16 @@ int reaper_setup(void)
             sigaction(sig, &dfl, NULL);
 
     int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
-    return sfd < 0 ? -errno : sfd;
+    if (sfd < 0)
+        return -errno;
+    /* An invoker that closed stdin, stdout or stderr gets them closed in the
+     * child too, not replaced by our signalfd (nor our log lines sent to it). */
+    if (sfd <= STDERR_FILENO) {
+        int high = fcntl(sfd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1), err = errno;
+        close(sfd);
+        sfd = high < 0 ? -err : high;
+    }
+    return sfd;
 }
 
 static void restore_invoker_signals(void)
@@ -121,7 +131,16 @@ static void become_child(char *const argv[], int own_group, int take_tty, int er
     restore_invoker_signals();
     execvp(argv[0], argv);
     int err = errno;
-    ssize_t unused = write(errfd, &err, sizeof err);
+    ssize_t unused;
+    if (errfd >= 0) {
+        unused = write(errfd, &err, sizeof err);
+    } else {
+        /* No pipe to tell the parent (no fd was free for it): say it ourselves. */
+        const char *what = strerror(err);
+        struct iovec line[] = {{"reaper: cannot run ", 19}, {argv[0], strlen(argv[0])},
+                               {": ", 2}, {(char *)what, strlen(what)}, {"\n", 1}};
+        unused = writev(STDERR_FILENO, line, 5);
+    }
     (void)unused;
     _exit(exec_failure_status(err));
 }
@@ -133,27 +152,36 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
 {
     int errpipe[2];
     *exec_errno = 0;
-    if (pipe2(errpipe, O_CLOEXEC) < 0)
-        return -errno;
+    /* Without a free fd for the pipe (ulimit -n) the command still runs; an exec
+     * failure is then reported by the child itself and through its exit status. */
+    if (pipe2(errpipe, O_CLOEXEC) < 0) {
+        if (errno != EMFILE && errno != ENFILE)
+            return -errno;
+        errpipe[0] = errpipe[1] = -1;
+    }
 
     pid_t pid = fork();
     if (pid < 0) {
         int err = errno;
-        close(errpipe[0]);
-        close(errpipe[1]);
+        if (errpipe[0] >= 0) {
+            close(errpipe[0]);
+            close(errpipe[1]);
+        }
         return -err;
     }
     if (pid == 0) {
-        close(errpipe[0]);
+        if (errpipe[0] >= 0)
+            close(errpipe[0]);
         become_child(argv, own_group, take_tty, errpipe[1]);
     }
-    close(errpipe[1]);
-
     /* setpgid in both processes: whichever runs first creates the group, so a
      * signal forwarded to -pid right after we return always has a target.
      * EACCES means the child already exec'd, having done it itself. */
     if (own_group)
         setpgid(pid, pid);
+    if (errpipe[0] < 0)
+        return pid;
+    close(errpipe[1]);
 
     /* The pipe closes on a successful exec (CLOEXEC) or carries its errno. */
     int err = 0;
@@ -169,8 +197,8 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
 
 /* Returns the signal sent to the main child, 0 if none is due, -errno on failure.
  * The main child cannot have been reaped while forward_pid names it: the
- * reap that would end it comes after the signals in the same call, and Python
- * clears forward_pid before the next one. */
+ * reap that would end it comes after the signals in the same call, and that
+ * reap clears forward_pid (reap_children), so a recycled pid is never signalled. */
 static int forward_signal(const struct reaper_waitspec *spec, const struct signalfd_siginfo *si)
 {
     if (spec->forward_pid <= 0 || si->ssi_signo > REAPER_MAX_SIGNAL || (int)si->ssi_pid == spec->self_pid)
@@ -187,13 +215,17 @@ static int forward_signal(const struct reaper_waitspec *spec, const struct signa
     return kill(spec->forward_pid, target) == 0 ? target : -errno;
 }
 
-static void take_signals(int sfd, const struct reaper_waitspec *spec, struct reaper_event *events,
-                         int cap, int *n, int64_t woke)
+/* Returns 1 if signals may be left in the signalfd (the batch was full). */
+static int take_signals(int sfd, const struct reaper_waitspec *spec, struct reaper_event *events,
+                        int cap, int *n, int64_t woke)
 {
     struct signalfd_siginfo si[16];
     ssize_t got;
 
-    /* One read takes up to 16 signals; a full read means there may be more. */
+    /* One read takes up to 16 signals; a full read means there may be more.
+     * Signals may fill only half the buffer: a flood of real-time signals
+     * must never keep the reap below from running (or from seeing ECHILD). */
+    cap /= 2;
     do {
         got = read(sfd, si, sizeof si);
         for (int i = 0; got > 0 && i < (int)(got / sizeof si[0]); i++) {
@@ -212,6 +244,7 @@ static void take_signals(int sfd, const struct reaper_waitspec *spec, struct rea
             ev->at_ns = monotonic_ns();
         }
     } while (got == (ssize_t)sizeof si && *n + 16 <= cap);
+    return got == (ssize_t)sizeof si;
 }
 
 /* A child reaped without an event: into the totals. */
@@ -254,6 +287,13 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
             return;
         }
         int64_t now = monotonic_ns();
+        if (pid == spec->watch_pid) {
+            /* Recorded here, before Python sees the event: the status is the
+             * one thing reaper must never lose. The pid is free from now on. */
+            spec->watch_reaped = 1;
+            spec->watch_status = status;
+            spec->forward_pid = 0;
+        }
         if (pid != spec->watch_pid && !spec->report_all) {
             count_reaped(spec, status, &ru, now - woke);
             if (++silent == SILENT_REAPS_PER_CALL) {
@@ -291,7 +331,8 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
     if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
         return -errno;
     int64_t woke = monotonic_ns();
-    take_signals(sfd, spec, events, cap, &n, woke);
+    if (take_signals(sfd, spec, events, cap, &n, woke))
+        *state |= REAPER_WAIT_MORE;
     reap_children(spec, events, cap, &n, woke, state);
     if (n == cap)
         *state |= REAPER_WAIT_MORE;

@@ -44,9 +44,11 @@ struct reaper_totals {
  * the kill() here keeps the interpreter off the signal's path. */
 struct reaper_waitspec {
     int watch_pid;        /* always an event when reaped (the main child); 0: none */
+    int watch_reaped;     /* set by reaper_wait when watch_pid was reaped... */
+    int watch_status;     /* ...with its wait status: kept in C, so it survives any failure in Python */
     int report_all;       /* every reaped child is an event */
     int self_pid;         /* reaper's pid: signals it raised itself are not forwarded */
-    int forward_pid;      /* the main child; 0: forward nothing */
+    int forward_pid;      /* the main child; 0: forward nothing (cleared when it is reaped) */
     int forward_group;    /* signal its process group, or the child if the group is gone */
     int forward[REAPER_MAX_SIGNAL + 1]; /* signal to send for each received, | REAPER_FWD_USER_ONLY; 0: none */
     int nbounds;          /* latency bucket upper bounds, ascending */

@@ -2,12 +2,25 @@
 from __future__ import annotations
 
 import os
+import time
 
 from reaper._core import ffi, lib
 
 EV_SIGNAL = lib.REAPER_EV_SIGNAL
 EV_EXIT = lib.REAPER_EV_EXIT
 BATCH = 512
+MAX_WAIT_MS = 2**31 - 1      # poll() takes an int: a longer wait is cut to this and recomputed
+
+
+def ms_until(deadline) -> int:
+    """poll()'s timeout for a time.monotonic() deadline: -1 (forever) for None, else
+    clamped to 0..MAX_WAIT_MS, whatever the deadline (huge, inf or nan)."""
+    if deadline is None:
+        return -1
+    ms = (deadline - time.monotonic()) * 1000 + 1
+    if not ms < MAX_WAIT_MS:         # also catches inf and nan
+        return MAX_WAIT_MS
+    return max(0, int(ms))
 
 
 def _check(rc: int) -> int:
@@ -49,7 +62,9 @@ class Waiter:
         self.spec.self_pid = os.getpid()
 
     def watch(self, pid: int, report_all: bool) -> None:
-        """pid's exit is always an event; report_all makes every exit one."""
+        """pid's exit is always an event; report_all makes every exit one. Its wait
+        status is also kept in spec.watch_status once spec.watch_reaped is set."""
+        self.spec.watch_reaped = 0
         self.spec.watch_pid = pid
         self.spec.report_all = int(report_all)
 
@@ -71,6 +86,7 @@ class Waiter:
         The events are views of `struct reaper_event` (fields: kind, pid, signo,
         code, uid, forwarded, utime_us, stime_us, maxrss_kb, woke_ns, at_ns) into a buffer
         the next wait() overwrites: no Python object is built per event."""
+        timeout_ms = -1 if timeout_ms < 0 else min(int(timeout_ms), MAX_WAIT_MS)
         n = _check(lib.reaper_wait(self.sfd, timeout_ms, self.spec, self._buf, BATCH, self._state))
         buf = self._buf
         events = [buf[i] for i in range(n)]

@@ -1,29 +1,146 @@
 """reaper's log: stderr only, one line per event, ``reaper[PID]: LEVEL message``.
 
-Written with os.write on fd 2 rather than the logging module: it costs nothing
-at import, never buffers, and a closed or broken stderr can never raise into
-PID 1's loop.
+Written with os.write rather than the logging module: it costs nothing at
+import and never buffers. Two rules keep PID 1 alive whatever stderr is:
+
+- Never wait on stderr. A pipe nobody reads would stop the loop in write()
+  while zombies pile up. Every write is non-blocking *without* touching the
+  flags of the open file, which the child shares (O_NONBLOCK there would hand
+  the child EAGAINs): RWF_NOWAIT for pipes, MSG_DONTWAIT for sockets, a
+  non-blocking descriptor of our own for terminals. A line stderr cannot take
+  right now is dropped and counted (``dropped``: reaper_log_lines_dropped_total).
+- Never flood. The same event (same key) repeated within REPEAT_WINDOW seconds
+  is counted, not printed; the count comes with its next line, or at close().
 """
 from __future__ import annotations
 
 import os
+import stat
+import time
 
 ERROR, WARN, INFO, DEBUG = 0, 1, 2, 3
 _NAMES = ("ERROR", "WARN", "INFO", "DEBUG")
+MAX_LINE = 4000          # under PIPE_BUF: a line reaches a pipe whole or not at all
+REPEAT_WINDOW = 5.0      # seconds in which a repeated event is only counted
+
+
+def display(text) -> str:
+    """text for a one-line message, as is, except that bytes that were not UTF-8
+    (surrogate escapes in argv and the environment, or a bytes object) show as \\xff,
+    not \\udcff, and control characters (newlines...) are escaped: always one line
+    that encodes as UTF-8."""
+    return _show(text, False)
+
+
+def quoted(text) -> str:
+    """display(text) quoted like repr(): 'abc', '\\xff', '1\\n2'."""
+    return _show(text, True)
+
+
+def _show(text, quote: bool) -> str:
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    text = str(text)
+    if text.isprintable():
+        return repr(text) if quote else text
+    out = []
+    for c in text:
+        o = ord(c)
+        if 0xDC80 <= o <= 0xDCFF:               # an undecodable byte
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif quote and c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            out.append(repr(c)[1:-1])           # \n, \x1b, \u2028, \ud800 ...
+    return "'" + "".join(out) + "'" if quote else "".join(out)
+
+
+
+class _Stderr:
+    """Writes to fd 2 that never block. The method is chosen once from what fd 2 is."""
+
+    def __init__(self) -> None:
+        self.fd, self.how, self.sock = 2, "write", None
+        try:
+            mode = os.fstat(2).st_mode
+        except OSError:
+            self.how = "closed"
+            return
+        if stat.S_ISREG(mode):
+            return                                  # a file: write() does not wait for a reader
+        if stat.S_ISSOCK(mode):
+            import socket                           # only for a socket (journald): not on the common path
+
+            self.sock, self.how = socket.socket(fileno=os.dup(2)), "send"
+            return
+        if stat.S_ISFIFO(mode) and hasattr(os, "RWF_NOWAIT"):
+            self.how = "nowait"                     # a kernel without it says EOPNOTSUPP: see write()
+            return
+        self._reopen()
+
+    def _reopen(self) -> None:
+        """A non-blocking open file of our own on the same pipe or terminal (through
+        /proc); without /proc or permission, poll for room before each write."""
+        try:
+            self.fd = os.open("/proc/self/fd/2", os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            self.how = "write"
+        except OSError:
+            self.fd, self.how = 2, "poll"
+
+    def write(self, data: bytes) -> bool:
+        """True if the line was written (whole, for pipes)."""
+        try:
+            if self.how == "nowait":
+                try:
+                    return os.pwritev(2, [data], -1, os.RWF_NOWAIT) > 0
+                except OSError as e:
+                    if e.errno not in (95, 22):     # EOPNOTSUPP, EINVAL: an older kernel
+                        raise
+                    self._reopen()
+            if self.how == "send":
+                import socket
+
+                return self.sock.send(data, socket.MSG_DONTWAIT) > 0
+            if self.how == "poll" and not _room(self.fd):
+                return False
+            if self.how == "closed":
+                return False
+            return os.write(self.fd, data) > 0
+        except OSError:                             # EAGAIN (full), EPIPE, EBADF, ...
+            return False
+
+
+def _room(fd: int) -> bool:
+    # The last resort (no RWF_NOWAIT, no /proc): a writer racing us for the last
+    # free slot could still make write() wait; every other method cannot.
+    import select
+
+    try:
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return bool(p.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 class Log:
     def __init__(self, verbosity: int = 2) -> None:
         self.verbosity = verbosity
         self.pid = os.getpid()
+        self.dropped = 0                            # lines stderr could not take
+        self._out = _Stderr()
+        self._repeats: dict = {}                    # key -> [first seen, count since printed, level, msg]
 
     def _emit(self, level: int, msg: str) -> None:
         if level > self.verbosity and level != ERROR:
             return
-        try:
-            os.write(2, f"reaper[{self.pid}]: {_NAMES[level]} {msg}\n".encode(errors="replace"))
-        except OSError:
-            pass
+        data = f"reaper[{self.pid}]: {_NAMES[level]} {msg}".encode(errors="backslashreplace")
+        if len(data) >= MAX_LINE:
+            data = data[:MAX_LINE - 4] + b"..."
+        if not self._out.write(data + b"\n"):
+            self.dropped += 1
 
     def error(self, msg: str) -> None:
         self._emit(ERROR, msg)
@@ -39,3 +156,26 @@ class Log:
 
     def enabled(self, level: int) -> bool:
         return level <= self.verbosity
+
+    def event(self, key, level: int, msg: str) -> None:
+        """Logs msg unless the same key was logged within REPEAT_WINDOW; repeats are
+        counted and their number printed with the key's next line or at close()."""
+        if level > self.verbosity and level != ERROR:
+            return
+        now = time.monotonic()
+        r = self._repeats.get(key)
+        if r is not None and now - r[0] < REPEAT_WINDOW:
+            r[1] += 1
+            r[2], r[3] = level, msg
+            return
+        if r is not None and r[1]:
+            msg += f" (and {r[1]} more like it in the {now - r[0]:.0f}s before)"
+        self._repeats[key] = [now, 0, level, msg]
+        self._emit(level, msg)
+
+    def close(self) -> None:
+        """Prints the counts of repeats not yet reported."""
+        for r in self._repeats.values():
+            if r[1]:
+                self._emit(r[2], f"{r[3]} (repeated {r[1]} more times)")
+        self._repeats.clear()

@@ -62,7 +62,7 @@ class Stats:
         self.native = None
         self.signals_received = Counter()     # signal name -> count
         self.signals_forwarded = Counter()    # signal name (as sent) -> count
-        self.drain = Counter()                # terminated, killed, survived
+        self.drain = Counter()                # terminated, killed, survived, not_permitted
         self.drain_seconds: "float | None" = None
         self.policy_errors = 0                # exceptions caught in policy code
         self.budget = BudgetStats()
@@ -121,7 +121,7 @@ class Stats:
             "strays": self.budget.strays_seen,
             "stray_cpu_seconds": round(self.budget.stray_cpu_seconds, 3),
             "budget_actions": dict(self.budget.actions),
-            "drain": {k: self.drain.get(k, 0) for k in ("terminated", "killed", "survived")},
+            "drain": {k: self.drain.get(k, 0) for k in ("terminated", "killed", "survived", "not_permitted")},
             "drain_seconds": None if self.drain_seconds is None else round(self.drain_seconds, 3),
             "main_pid": self.main_pid,
             "main_exit_code": self.main_exit_code,

@@ -120,15 +120,15 @@ class Reaper:
     pid as seen from the test."""
 
     def __init__(self, args, pid1=True, env=None, user=None, stdin=subprocess.DEVNULL,
-                 cwd=None, preexec_fn=None, pass_fds=()):
-        cmd = [REAPER, *args]
+                 cwd=None, preexec_fn=None, pass_fds=(), exe=None, stderr=subprocess.PIPE):
+        cmd = [*(exe or [REAPER]), *args]
         if user is not None:
             cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
         if pid1:
             cmd = [*UNSHARE, *cmd]
         full_env = dict(os.environ)
         full_env.update(env or {})
-        self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr,
                                      env=full_env, cwd=cwd, preexec_fn=preexec_fn, pass_fds=pass_fds)
         self.pid1 = pid1
         self._pid = None
@@ -188,7 +188,7 @@ class Reaper:
             self.kill()
             raise AssertionError(f"reaper did not exit within {timeout}s")
         self.stdout = self._buf.decode(errors="replace") + self.stdout.decode(errors="replace")
-        self.stderr = self.stderr.decode(errors="replace")
+        self.stderr = (self.stderr or b"").decode(errors="replace")
         return self.proc.returncode
 
     def kill(self) -> None:
@@ -208,10 +208,11 @@ class Reaper:
         try:
             out, err = self.proc.communicate(timeout=10)
             self.stdout = self._buf.decode(errors="replace") + out.decode(errors="replace")
-            self.stderr = err.decode(errors="replace")
+            self.stderr = (err or b"").decode(errors="replace")
         except subprocess.TimeoutExpired:   # a survivor holds the pipes: don't wait for it
-            self.proc.stdout.close()
-            self.proc.stderr.close()
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
             self.stdout = self.stderr = "(a survivor held reaper's pipes open)"
 
 

@@ -36,7 +36,7 @@ def test_drain_lets_a_sigterm_handler_finish_before_any_sigkill(tmp_path):
     assert r.proc.returncode == 3
     assert log.read_text().split() == ["ready", "term", "done"]
     s = summary(r.stderr)
-    assert s["drain"] == {"terminated": 1, "killed": 0, "survived": 0}
+    assert s["drain"] == {"terminated": 1, "killed": 0, "survived": 0, "not_permitted": 0}
 
 
 def test_what_ignores_sigterm_is_killed_after_the_grace(tmp_path):
@@ -44,7 +44,7 @@ def test_what_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     r = run_reaper(["--grace", "1", "--", *_leaver(log, ignore_term=True)], timeout=20)
     assert r.proc.returncode == 3
     assert log.read_text().split() == ["ready", "term"]
-    assert summary(r.stderr)["drain"] == {"terminated": 0, "killed": 1, "survived": 0}
+    assert summary(r.stderr)["drain"] == {"terminated": 0, "killed": 1, "survived": 0, "not_permitted": 0}
 
 
 def test_grace_zero_kills_at_once(tmp_path):

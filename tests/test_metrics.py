@@ -96,7 +96,7 @@ def test_known_events_exact_counts_and_types(reaper, tmp_path):
     assert json.loads(summary.read_text()) == totals
     assert totals["reaped"] == 8 and totals["orphans"] == 7
     assert totals["signals_forwarded"] == 5 and totals["exit_status"] == 7
-    assert totals["drain"] == {"terminated": 0, "killed": 0, "survived": 0}
+    assert totals["drain"] == {"terminated": 0, "killed": 0, "survived": 0, "not_permitted": 0}
     for key in ("strays", "budget_actions"):
         assert key in totals
 

@@ -1,0 +1,260 @@
+"""The failure boundary: from the spawn of the main child on, nothing ends reaper
+but the main child's exit followed by the drain.
+
+Before the spawn (cli.py) reaper may fail fast: one line, exit 2 or 1, no child.
+From the spawn on, supervise() runs everything, in three layers:
+
+- the core: the C wait (reaping, forwarding, the main child's status kept in C)
+  and the drain, driven by the Supervisor (reaper/supervisor.py). It treats
+  its own OS faults (a failed wait, EPERM, no /proc) as things to go on from;
+- policy: the pieces below, each reached only through Policy.call(), which
+  switches a piece off at its first failure with one ERROR line and counts it
+  in reaper_policy_errors_total; the core goes on without it;
+- the fallback: if the Supervisor's own Python fails anyway (a bug, MemoryError,
+  an import that EMFILE stops), minimal_loop() takes over with the C core, os
+  and time only: reap, forward, drain, exit with the main child's status.
+
+Policy pieces, in start order: hygiene (cwd, inherited fds), title, oom,
+statistics, metrics, budgets, summary. Logging never blocks or floods
+(reaper/log.py), so no piece can stop the loop by writing to stderr.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from reaper import _native
+
+KILL_WAIT = 5.0          # seconds SIGKILLed processes get to be reaped
+RESCAN_EVERY = 0.2       # minimal loop, as subreaper: look for late children this often while killing
+RETRY_AFTER = 0.1        # a minimal loop that itself failed starts again after this
+
+
+class Policy:
+    """The pieces that may fail. A piece that raised is in an unknown state: it is
+    switched off for good (closed, so that, e.g., stopped strays are resumed)."""
+
+    def __init__(self, log, stats) -> None:
+        self.log = log
+        self.stats = stats               # may be None until the boundary has made it
+        self.plugins: list = []          # (piece, plugin): next_deadline(), tick(now), close()
+        self.off: set = set()
+
+    def call(self, piece: str, fn, *args):
+        """fn(*args), or None once piece has failed."""
+        if piece in self.off:
+            return None
+        try:
+            return fn(*args)
+        except Exception as e:
+            self.switch_off(piece, e)
+            return None
+
+    def start(self, piece: str, factory, abort=None) -> None:
+        """Starts a periodic piece: factory() returns a plugin or a list of them.
+        If it fails, abort() releases what it had taken (a socket, threads)."""
+        got = self.call(piece, factory)
+        if got is None:
+            if abort is not None and piece in self.off:
+                try:
+                    abort()
+                except Exception:
+                    pass
+            return
+        self.plugins.extend((piece, p) for p in (got if isinstance(got, list) else [got]))
+
+    def switch_off(self, piece: str, e: BaseException) -> None:
+        if piece in self.off:
+            return
+        self.off.add(piece)
+        if self.stats is not None:
+            self.stats.policy_errors += 1
+        self.log.error(f"{piece} failed ({e!r}): {piece} switched off, reaper goes on")
+        if self.log.enabled(3):
+            import traceback
+
+            for line in traceback.format_exception(type(e), e, e.__traceback__):
+                self.log.debug(line.rstrip())
+        for entry in [x for x in self.plugins if x[0] == piece]:
+            self.plugins.remove(entry)
+            try:
+                entry[1].close()
+            except Exception:
+                pass
+
+    def next_deadline(self):
+        due = None
+        for piece, p in list(self.plugins):
+            d = self.call(piece, p.next_deadline)
+            if d is not None and (due is None or d < due):
+                due = d
+        return due
+
+    def tick(self, now: float) -> None:
+        for piece, p in list(self.plugins):
+            due = self.call(piece, p.next_deadline)
+            if due is not None and due <= now:
+                self.call(piece, p.tick, now)
+
+    def close(self) -> None:
+        plugins, self.plugins = self.plugins, []
+        for piece, p in plugins:
+            self.call(piece, p.close)
+
+
+def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
+    """Runs reaper from the spawn to its exit status. start_policy(policy, sup)
+    starts the policy pieces (cli.py composes them)."""
+    policy = Policy(log, stats)
+    waiter = sup = None
+    try:
+        from reaper.log import DEBUG
+        from reaper.stats import REAP_LATENCY_BUCKETS, Stats
+        from reaper.supervisor import Supervisor
+
+        waiter = _native.Waiter(sfd, REAP_LATENCY_BUCKETS)
+        # Orphans are counted in C, unless each one must be seen (-w, debug log).
+        waiter.watch(main_pid, cfg.warn_on_reap or log.enabled(DEBUG))
+        # Forwarding before the first wait: a signal queued since the spawn goes out with it.
+        waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
+        if stats is None:
+            stats = policy.stats = Stats()
+        stats.native = waiter.totals
+        sup = Supervisor(cfg, log, stats, waiter, policy)
+        start_policy(policy, sup)
+        status = sup.run(main_pid)
+    except BaseException as e:     # the Supervisor's own Python failed: the core goes on
+        status = _fall_back(e, cfg, log, sfd, waiter, main_pid, sup)
+        policy.close()
+    policy.call("summary", _summarise, cfg, stats, log)
+    log.close()
+    return status
+
+
+def _fall_back(e: BaseException, cfg, log, sfd: int, waiter, main_pid: int, sup) -> int:
+    _say(log, f"reaper's supervisor failed ({e!r}): going on with the minimal loop "
+              "(reap, forward, drain; no metrics or budgets)")
+    deadline = getattr(sup, "deadline", None)
+    while True:
+        try:
+            if waiter is None:
+                waiter = _native.Waiter(sfd)
+                waiter.watch(main_pid, False)
+            return minimal_loop(cfg, waiter, main_pid, deadline)
+        except BaseException as again:   # catatonit's rule: exit only on the main child
+            _say(log, f"minimal loop failed ({again!r}): starting it again")
+            time.sleep(RETRY_AFTER)
+
+
+def _say(log, msg: str) -> None:
+    try:
+        log.error(msg)
+    except BaseException:
+        pass
+
+
+# --- the minimal loop: the C core, os and time; no other import ----------------------
+
+def minimal_loop(cfg, waiter, main_pid: int, deadline=None) -> int:
+    """Reap, forward, drain, return the main child's exit status. Forwarding is the
+    C core's (re-armed here with cfg's rewrites, in case setup never got that far);
+    the drain signals the whole namespace as PID 1, else reaper's own children
+    and the main child's group."""
+    import _signal as sig    # built in: needs no file, so it imports even at EMFILE
+
+    spec = waiter.spec
+    if not spec.watch_reaped:
+        waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
+    term_sent = killed = False
+    rescan_at = None
+    more = False
+    while True:
+        now = time.monotonic()
+        if spec.watch_reaped and deadline is None:
+            deadline = now + cfg.grace
+        if deadline is not None and not term_sent:
+            signal_rest(sig.SIGTERM, main_pid)
+            signal_rest(sig.SIGCONT, main_pid)
+            term_sent = True
+        due = deadline if rescan_at is None else min(deadline, rescan_at)
+        try:
+            _, no_children, more = waiter.wait(0 if more else _native.ms_until(due))
+        except OSError:
+            time.sleep(0.01)
+            continue
+        if deadline is None:
+            continue
+        now = time.monotonic()
+        if no_children and spec.watch_reaped:
+            return exit_status(cfg, spec.watch_status)
+        if now >= deadline:
+            if killed:
+                return exit_status(cfg, spec.watch_status)   # survivors: nothing more to do
+            killed = True
+            deadline = now + KILL_WAIT
+            rescan_at = now
+        if killed and rescan_at is not None and now >= rescan_at:
+            signal_rest(sig.SIGKILL, main_pid)
+            rescan_at = None if os.getpid() == 1 else now + RESCAN_EVERY
+
+
+def exit_status(cfg, status: int) -> int:
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return 0 if code in cfg.remap_exit else code
+
+
+def forward_table(rewrite: dict) -> dict:
+    """For the C core: the signal to send for each one received (after --rewrite),
+    and whether only another process may have sent it (the fault signals)."""
+    import _signal as sig
+
+    fault = (sig.SIGFPE, sig.SIGILL, sig.SIGSEGV, sig.SIGBUS, sig.SIGABRT, sig.SIGTRAP, sig.SIGSYS)
+    return {s: (rewrite.get(s, s), s in fault) for s in range(1, sig.SIGRTMAX + 1)
+            if s not in (sig.SIGKILL, sig.SIGSTOP, sig.SIGCHLD)}
+
+
+def signal_rest(signo: int, main_group: int) -> None:
+    """signo to everything left: the namespace as its PID 1, else reaper's children
+    (its own cannot be recycled under it) and the main child's group."""
+    if os.getpid() == 1:
+        targets = [-1]       # PID 1 of its own namespace: "everyone but me"
+    else:
+        targets = [-main_group, *own_children()]
+    for pid in targets:
+        try:
+            os.kill(pid, signo)
+        except OSError:
+            pass
+
+
+def own_children() -> list:
+    """reaper's direct children, from one small file. Orphans re-parented to a
+    subreaper join its main thread's list (the first live thread)."""
+    me = os.getpid()
+    try:
+        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+# --- the summary -------------------------------------------------------------------
+
+def _summarise(cfg, stats, log) -> None:
+    import json
+
+    summary = stats.summary()
+    summary["log_lines_dropped"] = log.dropped
+    line = json.dumps(summary, sort_keys=True)
+    log.info(f"summary {line}")
+    if cfg.summary_file:
+        tmp = f"{cfg.summary_file}.tmp{os.getpid()}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+            os.replace(tmp, cfg.summary_file)
+        except OSError as e:
+            log.error(f"cannot write summary file {cfg.summary_file}: {e.strerror}")

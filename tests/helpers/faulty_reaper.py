@@ -1,0 +1,79 @@
+"""reaper's own main(), with faults injected where no real fault can be had on demand.
+
+Used by tests/test_faults.py as `python faulty_reaper.py FAULTS [reaper args...]`.
+FAULTS is a comma-separated list; each one patches reaper before main() runs:
+
+  wait-enomem      the first three waits of the core loop fail with ENOMEM, as poll() may
+  supervisor       the Supervisor's own Python fails at its first event (a bug in the core loop)
+  supervisor-init  the Supervisor cannot even be built
+  budgets          building the budget enforcer raises
+  budget-tick      the budget enforcer's tick raises
+  summary          building the exit summary raises
+  title            setting the process title raises
+  count-scans      counts full /proc scans made while killing; written to $FAULTY_SCANS at exit
+"""
+import errno
+import os
+import sys
+
+
+def boom(*_a, **_k):
+    raise RuntimeError("injected fault")
+
+
+def inject(faults: set) -> None:
+    from reaper import _native, stats, supervisor
+
+    if "wait-enomem" in faults:
+        real_wait, left = _native.Waiter.wait, [3]
+
+        def wait(self, timeout_ms):
+            if left[0] > 0:
+                left[0] -= 1
+                raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+            return real_wait(self, timeout_ms)
+        _native.Waiter.wait = wait
+    if "supervisor" in faults:
+        supervisor.Supervisor._handle = boom
+    if "supervisor-init" in faults:
+        supervisor.Supervisor.__init__ = boom
+    if "budgets" in faults:
+        from reaper import budget
+        budget.Enforcer.__init__ = boom
+    if "budget-tick" in faults:
+        from reaper import budget
+        budget.Enforcer.tick = boom
+    if "summary" in faults:
+        stats.Stats.summary = boom
+    if "title" in faults:
+        import setproctitle
+        setproctitle.setproctitle = boom
+    if "count-scans" in faults:
+        from reaper import nodestats
+        real_scan, count = nodestats.scan, [0]
+
+        def scan(*a, **k):
+            if getattr(supervisor, "_current_phase", lambda: "")() == "killing":
+                count[0] += 1
+            return real_scan(*a, **k)
+        nodestats.scan = scan
+        real_kill_all = supervisor.Supervisor._kill_all
+
+        def kill_all(self):
+            supervisor._current_phase = lambda: self.phase
+            return real_kill_all(self)
+        supervisor.Supervisor._kill_all = kill_all
+        real_finish = supervisor.Supervisor._finish
+
+        def finish(self):
+            with open(os.environ["FAULTY_SCANS"], "w") as f:
+                f.write(str(count[0]))
+            return real_finish(self)
+        supervisor.Supervisor._finish = finish
+
+
+if __name__ == "__main__":
+    inject(set(sys.argv[1].split(",")))
+    from reaper.cli import main
+
+    sys.exit(main(sys.argv[2:]))
