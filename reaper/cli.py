@@ -44,13 +44,11 @@ def main(argv=None) -> int:
     try:
         cfg = options.parse(argv)
     except options.HelpRequested:
-        sys.stdout.write(options.help_text())
-        return 0
+        return options.write_stdout(options.help_text(), closed=sfd == 1)
     except options.VersionRequested:
         from reaper import __version__
 
-        sys.stdout.write(f"reaper {__version__}\n")
-        return 0
+        return options.write_stdout(f"reaper {__version__}\n", closed=sfd == 1)
     except options.UsageError as e:
         return _usage_error(str(e))
     return _run(cfg, sfd, inherited)
@@ -76,7 +74,7 @@ def _is_open(fd: int) -> bool:
 
 
 def _run(cfg, sfd: int, inherited: list) -> int:
-    from reaper.log import Log
+    from reaper.log import Log, display, quoted
 
     log = Log(cfg.verbosity)
     stats = exporter = None
@@ -100,61 +98,83 @@ def _run(cfg, sfd: int, inherited: list) -> int:
         _native.set_pdeathsig(cfg.pdeath_signal)
 
     own_group = True
-    pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0))
+    try:
+        pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0))
+    except OSError as e:             # fork failed: EAGAIN (pids limit), ENOMEM
+        log.error(f"cannot start {quoted(cfg.command[0])}: {e.strerror}")
+        return 1
     if exec_errno:
-        log.error(f"cannot run {cfg.command[0]!r}: {os.strerror(exec_errno)}")
+        log.error(f"cannot run {quoted(cfg.command[0])}: {_exec_error(cfg.command[0], exec_errno)}")
         os.waitpid(pid, 0)          # the child has already _exit()ed: leave no zombie
         return 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
 
-    # The child runs: now the things that may take time.
-    if stats is None:
-        from reaper.stats import Stats
+    # The child runs. From here on the failure boundary holds (reaper/boundary.py).
+    from reaper import boundary
 
-        stats = Stats()
+    return boundary.supervise(cfg, log, stats, sfd, pid, _policy(cfg, log, exporter, pid, inherited))
+
+
+def _exec_error(command: str, err: int) -> str:
+    """strerror, except that execvp says EACCES for a directory: say what it is."""
+    if err == errno.EACCES:
+        dirs = [""] if "/" in command else os.environ.get("PATH", os.defpath).split(os.pathsep)
+        for d in dirs:
+            path = os.path.join(d, command)
+            if os.path.isdir(path):
+                return os.strerror(errno.EISDIR)
+            if os.path.exists(path):
+                break
+    return os.strerror(err)
+
+
+def _policy(cfg, log, exporter, pid: int, inherited: list):
+    """The policy pieces started after the spawn, in order; the boundary runs each
+    under its guard (a piece that fails is switched off, reaper goes on)."""
+    def start(policy, sup) -> None:
+        stats = sup.stats
+        policy.call("statistics", _note_main, stats, pid, cfg.command)
+        policy.call("hygiene", _after_spawn, inherited)
+        policy.call("title", _set_title, cfg.command)
+        policy.call("oom", _protect_from_oom, log)
+        if exporter is not None:
+            policy.start("metrics", lambda: exporter.start(sup), getattr(exporter, "abort", None))
+        if cfg.budgets_enabled:
+            policy.start("budgets", lambda: _enforcer(cfg, log, stats, sup))
+    return start
+
+
+def _note_main(stats, pid: int, command: list) -> None:
+    from reaper.log import display
+
     stats.main_pid = pid
     stats.main_state = "running"
-    stats.main_command = os.path.basename(cfg.command[0])
-    log.debug(f"started main child {pid}: {' '.join(cfg.command)}")
-    _after_spawn(cfg, inherited)
-    from reaper.supervisor import Supervisor
-
-    sup = Supervisor(cfg, log, stats, sfd)
-    if exporter is not None:
-        sup.plugins.extend(exporter.start(sup))
-    if cfg.budgets_enabled:
-        from reaper import budget
-
-        sup.plugins.append(budget.Enforcer(cfg, log, stats.budget, sup))
-    status = sup.run(pid)
-    _log_summary(cfg, stats, log)
-    return status
+    stats.main_command = display(os.path.basename(command[0]))
 
 
-def _after_spawn(cfg, inherited: list) -> None:
+def _after_spawn(inherited: list) -> None:
     os.chdir("/")                          # never pin a mount the child may want to unmount
     for fd in inherited:                   # the child keeps them; reaper must not hold them open
         try:
             os.close(fd)
         except OSError:
             pass
-    try:
-        from setproctitle import setproctitle
-
-        setproctitle("reaper: " + " ".join(cfg.command))
-    except ImportError:
-        pass
 
 
-def _log_summary(cfg, stats, log) -> None:
-    import json
+def _set_title(command: list) -> None:
+    from reaper.log import display
+    from setproctitle import setproctitle
 
-    line = json.dumps(stats.summary(), sort_keys=True)
-    log.info(f"summary {line}")
-    if cfg.summary_file:
-        try:
-            tmp = f"{cfg.summary_file}.tmp{os.getpid()}"
-            with open(tmp, "w") as f:
-                f.write(line + "\n")
-            os.replace(tmp, cfg.summary_file)
-        except OSError as e:
-            log.error(f"cannot write summary file {cfg.summary_file}: {e.strerror}")
+    # The title is C text: argv bytes that are not UTF-8 are shown escaped.
+    setproctitle("reaper: " + display(" ".join(command)))
+
+
+def _protect_from_oom(log) -> None:
+    from reaper import oom
+
+    oom.protect(log)
+
+
+def _enforcer(cfg, log, stats, sup):
+    from reaper import budget
+
+    return budget.Enforcer(cfg, log, stats.budget, sup)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
 from types import SimpleNamespace
 
@@ -44,29 +43,50 @@ def run(name: str, argv: list, sfd: "int | None") -> int:
 # --- reaper stats -------------------------------------------------------------------
 
 def stats_command(argv: list) -> int:
-    p = _Parser(prog="reaper stats", description="Show a running reaper's numbers.")
+    from reaper import options
+
+    try:                            # fd 1 closed: its number may be reused by the fetch
+        os.fstat(1)
+        closed = False
+    except OSError:
+        closed = True
+    prog = "reaper stats"
+
+    class Help(argparse.Action):    # argparse would print via sys.stdout (None when fd 1 is closed)
+        def __call__(self, parser, namespace, values, option_string=None):
+            raise SystemExit(options.write_stdout(parser.format_help(), prog, closed))
+
+    p = _Parser(prog=prog, description="Show a running reaper's numbers.", add_help=False)
+    p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
+                   help="show this help and exit")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--url", help=f"metrics endpoint (default {DEFAULT_URL})")
     src.add_argument("--file", help="a metrics file written by --metrics-file")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the endpoint (5)")
-    args = p.parse_args(argv)
+    p.add_argument("--timeout", type=_typed(options.seconds), default=5.0, metavar="SECONDS",
+                   help=f"seconds to wait for the endpoint, at most {options.MAX_SECONDS} (5)")
+    try:
+        args = p.parse_args(argv)
+    except _Usage as e:             # argparse quotes some values, not all: no surrogate may pass
+        raise _Usage(options.display(str(e))) from None
     try:
         text = _read_file(args.file) if args.file else _fetch(args.url or DEFAULT_URL, args.timeout)
     except OSError as e:
-        os.write(2, f"reaper stats: {e}\n".encode())
+        os.write(2, f"{prog}: {options.display(str(e))}\n".encode())
+        return 1
+    except UnicodeDecodeError:
+        os.write(2, f"{prog}: {options.display(args.file)} is not UTF-8 text\n".encode())
         return 1
     try:
         from prometheus_client.parser import text_string_to_metric_families
 
         samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
     except Exception as e:
-        os.write(2, f"reaper stats: not a Prometheus text exposition: {e}\n".encode())
+        os.write(2, f"{prog}: not a Prometheus text exposition: {options.display(str(e))}\n".encode())
         return 1
     if not any(s.name == "reaper_build_info" for s in samples):
-        os.write(2, "reaper stats: no reaper metrics there (reaper_build_info missing)\n".encode())
+        os.write(2, f"{prog}: no reaper metrics there (reaper_build_info missing)\n".encode())
         return 1
-    sys.stdout.write(render(samples))
-    return 0
+    return options.write_stdout(render(samples), prog, closed)
 
 
 def _read_file(path: str) -> str:
@@ -257,10 +277,18 @@ def _watch_config(argv: list):
     options of the main command, parsed by the same functions)."""
     from reaper import options
 
-    p = _Parser(prog="reaper watch",
+    class Help(argparse.Action):    # argparse would print via sys.stdout (None when fd 1 is closed)
+        def __call__(self, parser, namespace, values, option_string=None):
+            raise SystemExit(options.write_stdout(parser.format_help(), "reaper watch"))
+
+    p = _Parser(prog="reaper watch", add_help=False,
                 description="Metrics sidecar for a shared PID namespace: observe every process, "
                             "serve the metrics, enforce CPU budgets on strays. Reaps nothing.")
-    p.add_argument("-v", "--verbose", action="count", default=None, help="more log output")
+    p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
+                   help="show this help and exit")
+    p.add_argument("-v", "--verbose", dest="verbosity", action="count", default=None,
+                   help="more log output: each -v adds one to the default level (2, info); "
+                        "given, it overrides REAPER_VERBOSITY")
     picked = [o for o in options.OPTIONS if o.section in ("metrics", "budget") and o.dest != "summary_file"]
     for o in picked:
         flag = "--" + o.long
@@ -276,7 +304,10 @@ def _watch_config(argv: list):
                            default=None, help=o.help)
         else:
             p.add_argument(flag, dest=o.dest, type=_typed(o.parse), metavar=o.metavar, default=None, help=o.help)
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except _Usage as e:             # argparse quotes some values, not all: no surrogate may pass
+        raise _Usage(options.display(str(e))) from None
 
     cfg = options.Config()
     try:
@@ -290,8 +321,8 @@ def _watch_config(argv: list):
     except options.UsageError as e:
         raise _Usage(str(e)) from None
     for key, value in vars(args).items():
-        if value is not None:
-            setattr(cfg, "verbosity" if key == "verbose" else key, value + 1 if key == "verbose" else value)
+        if value is not None:       # a flag wins over its variable, as in reaper itself
+            setattr(cfg, key, options.Config.verbosity + value if key == "verbosity" else value)
     if cfg.metrics_port is None and not cfg.metrics_file:
         cfg.metrics_port = DEFAULT_METRICS_PORT
     return cfg
@@ -299,7 +330,8 @@ def _watch_config(argv: list):
 
 def watch_command(argv: list, sfd: int) -> int:
     from reaper import metrics
-    from reaper._native import EV_SIGNAL, Waiter
+    from reaper._native import EV_SIGNAL, Waiter, ms_until
+    from reaper.boundary import Policy
     from reaper.log import Log
     from reaper.stats import Stats
 
@@ -313,12 +345,13 @@ def watch_command(argv: list, sfd: int) -> int:
         exporter = metrics.prepare(cfg, stats, log, mode="watch")
     except metrics.SetupError as e:
         raise _Usage(str(e)) from None
+    # From here on, the same boundary as reaper's loop: a failing piece is switched
+    # off with one line; only a stop signal ends reaper watch.
     scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set(), watch=True)
-    plugins = exporter.start(scope)
+    policy = Policy(log, stats)
+    policy.start("metrics", lambda: exporter.start(scope), getattr(exporter, "abort", None))
     if cfg.budgets_enabled:
-        from reaper import budget
-
-        plugins.append(budget.Enforcer(cfg, log, stats.budget, scope))
+        policy.start("budgets", lambda: _enforcer(cfg, log, stats, scope))
     log.info(f"watching PID namespace (pid {os.getpid()})"
              + (f", metrics on {cfg.metrics_address}:{cfg.metrics_port}" if cfg.metrics_port else ""))
 
@@ -326,36 +359,36 @@ def watch_command(argv: list, sfd: int) -> int:
     stats.native = waiter.totals
     stopping = False
     while not stopping:
-        due = [d for d in (_guard(log, stats, p.name, p.next_deadline) for p in plugins) if d is not None]
-        timeout = -1 if not due else max(0, int((min(due) - time.monotonic()) * 1000) + 1)
-        events, _, _ = waiter.wait(timeout)
+        try:
+            events, _, _ = waiter.wait(ms_until(policy.next_deadline()))
+        except OSError as e:      # poll() without kernel memory: retry soon
+            log.event("wait", 0, f"wait failed: {e.strerror}; retrying")
+            time.sleep(0.01)
+            continue
         for ev in events:             # signals only: no pid is watched
             if ev.kind == EV_SIGNAL:
-                stats.signals_received[_signame(ev.signo)] += 1
+                policy.call("statistics", _count_signal, stats, ev.signo)
                 if ev.signo in STOP_SIGNALS:
                     log.info(f"{_signame(ev.signo)} received: stopping")
                     stopping = True
-        now = time.monotonic()
-        for p in plugins:
-            d = _guard(log, stats, p.name, p.next_deadline)
-            if d is not None and d <= now:
-                _guard(log, stats, p.name, p.tick, now)
+        policy.tick(time.monotonic())
     stats.phase = "done"
-    for p in plugins:
-        _guard(log, stats, p.name, p.close)
+    policy.close()
+    log.close()
     return 0
+
+
+def _enforcer(cfg, log, stats, scope):
+    from reaper import budget
+
+    return budget.Enforcer(cfg, log, stats.budget, scope)
+
+
+def _count_signal(stats, signo: int) -> None:
+    stats.signals_received[_signame(signo)] += 1
 
 
 def _signame(signo: int) -> str:
     from reaper import signals
 
     return signals.name(signo)
-
-
-def _guard(log, stats, what, fn, *args):
-    try:
-        return fn(*args)
-    except Exception as e:
-        stats.policy_errors += 1
-        log.error(f"error in {what} (reaper watch goes on): {e!r}")
-        return None

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import os
 
+from reaper.log import display, quoted  # noqa: F401  (re-exported: signals, commands)
+
 DEFAULT_METRICS_PORT = 9259
 BUDGET_ACTIONS = ("observe", "nice", "throttle", "terminate")
+# The upper bound of every time value (--grace, the budget and metrics intervals,
+# `reaper stats --timeout`): one week. Anything longer is a typo, and would
+# overflow the millisecond timeouts it ends up in.
+MAX_SECONDS = 7 * 86400
+# The highest level each verbosity variable takes (tini's scale goes to 4; 4 is debug here too).
+_MAX_VERBOSITY = {"REAPER_VERBOSITY": 3, "TINI_VERBOSITY": 4}
 
 
 class UsageError(Exception):
     """Bad input: one line on stderr and exit status 2, before the child starts."""
+
+    def __init__(self, msg: str = "") -> None:
+        super().__init__(display(msg))   # never a second line, never a surrogate
 
 
 class Config:
@@ -70,30 +81,62 @@ class Config:
 
 # --- value parsers: each raises ValueError with a message naming the problem ---
 
-def _positive(text: str) -> float:
-    v = float(text)
-    if not v > 0 or v != v or v == float("inf"):
-        raise ValueError(f"must be a number > 0, not {text!r}")
+def digits(text: str) -> bool:
+    """True for ASCII digits only: str.isdigit() and int() also take '٣' or '³'."""
+    return text.isascii() and text.isdigit()
+
+
+def _number(text: str, unit: str) -> float:
+    """A decimal number in ASCII ('2', '0.5', '1e3'); not inf, nan, '1_000' or '٣'."""
+    t = text.strip()
+    if t and t.isascii() and any(c in "0123456789" for c in t) and \
+            not t.strip("0123456789.eE+-"):
+        try:
+            return float(t) + 0.0             # + 0.0: -0 is 0
+        except ValueError:
+            pass
+    raise ValueError(f"expected a number of {unit}, not {quoted(text)}")
+
+
+def seconds(text: str, allow_zero: bool = False) -> float:
+    """A time value: > 0 (>= 0 with allow_zero), at most MAX_SECONDS."""
+    v = _number(text, "seconds")
+    if not (v >= 0 if allow_zero else v > 0):
+        raise ValueError(f"must be a number {'>=' if allow_zero else '>'} 0, not {quoted(text)}")
+    if v > MAX_SECONDS:
+        raise ValueError(f"must be at most {MAX_SECONDS} seconds (one week), not {quoted(text)}")
     return v
 
 
-def _non_negative(text: str) -> float:
-    v = float(text)
-    if not v >= 0 or v == float("inf"):
-        raise ValueError(f"must be a number >= 0, not {text!r}")
+def _seconds_positive(text: str) -> float:
+    return seconds(text)
+
+
+def _seconds_non_negative(text: str) -> float:
+    return seconds(text, allow_zero=True)
+
+
+def _cores(text: str) -> float:
+    v = _number(text, "cores")
+    if not v > 0:
+        raise ValueError(f"must be a number > 0, not {quoted(text)}")
     return v
 
 
 def _exit_code(text: str) -> int:
-    if not text.strip().isdigit() or not 0 <= int(text) <= 255:
-        raise ValueError(f"exit status must be 0-255, not {text!r}")
+    if not digits(text.strip()) or not 0 <= int(text) <= 255:
+        raise ValueError(f"exit status must be 0-255, not {quoted(text)}")
     return int(text)
 
 
-def _signal(text: str) -> int:
+def _pdeath_signal(text: str) -> int:
     from reaper import signals     # imports the signal module (and enum): only when asked
 
-    return signals.parse(text)
+    signo = signals.parse(text)
+    why = signals.not_for_pdeath(signo)
+    if why:
+        raise ValueError(why)
+    return signo
 
 
 def _rewrite(text: str) -> tuple:
@@ -101,14 +144,80 @@ def _rewrite(text: str) -> tuple:
 
     src, sep, dst = text.partition(":")
     if not sep:
-        raise ValueError(f"rewrite must be FROM:TO, not {text!r}")
-    return signals.parse(src), signals.parse(dst, allow_zero=True)
+        raise ValueError(f"rewrite must be FROM:TO, not {quoted(text)}")
+    signo = signals.parse(src)
+    why = signals.not_forwarded(signo)
+    if why:
+        raise ValueError(f"cannot rewrite {signals.name(signo)}: {why}")
+    return signo, signals.parse(dst, allow_zero=True)
 
 
 def _port(text: str) -> int:
-    if not text.strip().isdigit() or not 0 < int(text) < 65536:
-        raise ValueError(f"port must be 1-65535, not {text!r}")
+    if not digits(text.strip()) or not 0 < int(text) < 65536:
+        raise ValueError(f"port must be 1-65535, not {quoted(text)}")
     return int(text)
+
+
+def _address(text: str) -> str:
+    """An IPv4 or IPv6 literal ('[::1]' too) or a host name; no name lookup here."""
+    host = text.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    bad = ValueError(f"bad address {quoted(text)} (expected an IPv4 or IPv6 address or a host name)")
+    if not host or not host.isascii() or not host.isprintable():
+        raise bad
+    import socket
+
+    if ":" in host:                                      # IPv6, perhaps with a zone: fe80::1%eth0
+        addr, pct, zone = host.partition("%")
+        if pct and (not zone or zone.strip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")):
+            raise bad
+        try:
+            socket.inet_pton(socket.AF_INET6, addr)
+        except (OSError, ValueError):
+            raise bad from None
+        return text.strip()
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if digits(labels[-1]):                               # numeric: an IPv4 address or nothing
+        try:
+            socket.inet_pton(socket.AF_INET, host)
+        except (OSError, ValueError):
+            raise bad from None
+        return text.strip()
+    for label in labels:
+        if not 0 < len(label) <= 63 or label[0] == "-" or label[-1] == "-" or \
+                label.strip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-"):
+            raise bad
+    if len(host) > 253:
+        raise bad
+    return text.strip()
+
+
+def check_writable(path: str) -> None:
+    """Raises ValueError unless a file can be written at path: a directory is an
+    error; a temporary file is created beside it and removed (as metrics.py does)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{display(path)} is a directory")
+    d, base = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(d, f".{base}.tmp{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        raise ValueError(f"cannot write in {display(d)}: {e.strerror}") from None
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def _writable_file(text: str) -> str:
+    """A file reaper writes: checked now, and made absolute (reaper's working
+    directory is / once the child runs)."""
+    if not text.strip():
+        raise ValueError("expected a path, not an empty string")
+    check_writable(text)
+    return os.path.abspath(text)
 
 
 def _regex(text: str) -> str:
@@ -117,13 +226,13 @@ def _regex(text: str) -> str:
     try:
         re.compile(text)
     except re.error as e:
-        raise ValueError(f"invalid regular expression {text!r}: {e}") from None
+        raise ValueError(f"invalid regular expression {quoted(text)}: {e}") from None
     return text
 
 
 def _action(text: str) -> str:
     if text not in BUDGET_ACTIONS:
-        raise ValueError(f"unknown action {text!r} (choose from {', '.join(BUDGET_ACTIONS)})")
+        raise ValueError(f"unknown action {quoted(text)} (choose from {', '.join(BUDGET_ACTIONS)})")
     return text
 
 
@@ -132,16 +241,16 @@ def parse_cpu_list(text: str) -> frozenset:
     cpus = set()
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"bad CPU list {text!r} (expected e.g. 0-3,7 or auto)")
+        if not digits(lo) or (sep and not digits(hi)):
+            raise ValueError(f"bad CPU list {quoted(text)} (expected e.g. 0-3,7 or auto)")
         lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
         if hi_i < lo_i:
-            raise ValueError(f"bad CPU range {part!r}")
+            raise ValueError(f"bad CPU range {quoted(part)}")
         cpus.update(range(lo_i, hi_i + 1))
     present = os.sched_getaffinity(0) | set(range(os.cpu_count() or 1))
     unknown = sorted(cpus - present)
     if unknown:
-        raise ValueError(f"unknown CPU {unknown[0]} in {text!r}")
+        raise ValueError(f"unknown CPU {unknown[0]} in {quoted(text)}")
     return frozenset(cpus)
 
 
@@ -179,7 +288,7 @@ OPTIONS = (
     Option("remap-exit", "e", "remap_exit", "list", "child exit status N becomes 0 (repeatable, e.g. 143)",
            "N", _exit_code, env=("REAPER_REMAP_EXIT",)),
     Option("pdeath-signal", "p", "pdeath_signal", "value", "signal reaper gets when its parent dies",
-           "SIG", _signal, env=("REAPER_PDEATH_SIGNAL",)),
+           "SIG", _pdeath_signal, env=("REAPER_PDEATH_SIGNAL",)),
     Option("warn-on-reap", "w", "warn_on_reap", "flag", "log a warning for every orphan reaped",
            env=("REAPER_WARN_ON_REAP",)),
     Option("verbose", "v", "verbosity", "count", "more log output: debug (0 error, 1 warn, 2 info is the default)",
@@ -188,25 +297,25 @@ OPTIONS = (
            "S:R", _rewrite, env=("REAPER_REWRITE",)),
     Option("grace", "", "grace", "value",
            "seconds remaining processes get between SIGTERM and SIGKILL after the child exits (0: none)",
-           "SECONDS", _non_negative, env=("REAPER_GRACE",)),
+           "SECONDS", _seconds_non_negative, env=("REAPER_GRACE",)),
     Option("exit-zero-on-stop", "", "exit_zero_on_stop", "flag",
            "exit 0 when the child ends after reaper forwarded it SIGTERM (a requested stop)",
            env=("REAPER_EXIT_ZERO_ON_STOP",)),
     Option("cpu-budget", "", "cpu_budget", "value", "CPU budget of each stray process, in cores",
-           "CORES", _positive, env=("REAPER_CPU_BUDGET",), section="budget"),
+           "CORES", _cores, env=("REAPER_CPU_BUDGET",), section="budget"),
     Option("cpu-budget-total", "", "cpu_budget_total", "value", "CPU budget of all strays together, in cores",
-           "CORES", _positive, env=("REAPER_CPU_BUDGET_TOTAL",), section="budget"),
+           "CORES", _cores, env=("REAPER_CPU_BUDGET_TOTAL",), section="budget"),
     Option("budget-window", "", "budget_window", "value", "seconds CPU use is averaged over (10)",
-           "SECONDS", _positive, env=("REAPER_BUDGET_WINDOW",), section="budget"),
+           "SECONDS", _seconds_positive, env=("REAPER_BUDGET_WINDOW",), section="budget"),
     Option("budget-grace", "", "budget_grace", "value", "seconds a new stray may use CPU freely (30)",
-           "SECONDS", _non_negative, env=("REAPER_BUDGET_GRACE",), section="budget"),
+           "SECONDS", _seconds_non_negative, env=("REAPER_BUDGET_GRACE",), section="budget"),
     Option("budget-action", "", "budget_action", "value", "observe | nice | throttle | terminate (nice)",
            "ACTION", _action, env=("REAPER_BUDGET_ACTION",), section="budget"),
     Option("budget-kill-after", "", "budget_kill_after", "value",
-           "seconds over budget before terminate acts (60)", "SECONDS", _non_negative,
+           "seconds over budget before terminate acts (60)", "SECONDS", _seconds_non_negative,
            env=("REAPER_BUDGET_KILL_AFTER",), section="budget"),
     Option("budget-interval", "", "budget_interval", "value", "seconds between CPU samples (1)",
-           "SECONDS", _positive, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
+           "SECONDS", _seconds_positive, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
     Option("stray-match", "", "stray_match", "list", "a process whose command line matches is a stray (repeatable)",
            "REGEX", _regex, env=("REAPER_STRAY_MATCH",), section="budget"),
     Option("protect", "", "protect", "list", "a process whose command line matches is never a stray (repeatable)",
@@ -221,13 +330,13 @@ OPTIONS = (
     Option("metrics-port", "", "metrics_port", "value", "serve Prometheus metrics on PORT",
            "PORT", _port, env=("REAPER_METRICS_PORT",), section="metrics"),
     Option("metrics-address", "", "metrics_address", "value", "address the metrics endpoint binds (0.0.0.0)",
-           "ADDR", str, env=("REAPER_METRICS_ADDRESS",), section="metrics"),
+           "ADDR", _address, env=("REAPER_METRICS_ADDRESS",), section="metrics"),
     Option("metrics-file", "", "metrics_file", "value", "also write the metrics to PATH at an interval",
-           "PATH", str, env=("REAPER_METRICS_FILE",), section="metrics"),
+           "PATH", _writable_file, env=("REAPER_METRICS_FILE",), section="metrics"),
     Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes (10)",
-           "SECONDS", _positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
+           "SECONDS", _seconds_positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
     Option("summary-file", "", "summary_file", "value", "write the exit summary (JSON) to PATH",
-           "PATH", str, env=("REAPER_SUMMARY_FILE",), section="metrics"),
+           "PATH", _writable_file, env=("REAPER_SUMMARY_FILE",), section="metrics"),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -243,7 +352,7 @@ def _env_flag(var: str, value: str) -> bool:
         return True
     if v in _FALSE:
         return False
-    raise UsageError(f"{var}={value!r}: expected 1/0, true/false, yes/no or on/off")
+    raise UsageError(f"{var}={quoted(value)}: expected 1/0, true/false, yes/no or on/off")
 
 
 def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
@@ -255,8 +364,9 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
         if raw is None:
             setattr(cfg, opt.dest, getattr(cfg, opt.dest) + 1)
             return
-        if not raw.strip().isdigit():
-            raise UsageError(f"{origin}={raw!r}: expected a number")
+        top = _MAX_VERBOSITY.get(origin, 3)
+        if not digits(raw.strip()) or int(raw) > top:
+            raise UsageError(f"{origin}={quoted(raw)}: expected a level from 0 (errors only) to {top} (debug)")
         setattr(cfg, opt.dest, int(raw))
         return
     if opt.metavar == "":     # --metrics: a flag that sets a value
@@ -341,7 +451,7 @@ def _scan(argv: list) -> tuple:
                 raise HelpRequested() if name == "--help" else VersionRequested()
             opt = _LONG.get(name)
             if opt is None:
-                raise UsageError(f"unknown option {name}")
+                raise UsageError(f"unknown option {display(name)}")
             if not _takes_value(opt):
                 if eq:
                     raise UsageError(f"option {name} takes no value")
@@ -360,7 +470,7 @@ def _scan(argv: list) -> tuple:
                 raise HelpRequested() if flag == "-h" else VersionRequested()
             opt = _SHORT.get(flag)
             if opt is None:
-                raise UsageError(f"unknown option {flag}")
+                raise UsageError(f"unknown option {display(flag)}")
             if not _takes_value(opt):
                 found.append((opt, flag, None))
                 j += 1
@@ -373,6 +483,35 @@ def _scan(argv: list) -> tuple:
             break
         i += 1
     return found, argv[i:]
+
+
+def write_stdout(text: str, prog: str = "reaper", closed: bool = False) -> int:
+    """Writes text to fd 1 (not sys.stdout: it is None when fd 1 was closed) and
+    returns the exit status: 0, or 1 after one line on stderr when standard output
+    cannot be written (closed, full, a broken pipe), as coreutils does. closed: the
+    caller knows fd 1 was closed when it started (its number may have been reused)."""
+    import errno
+
+    data = text.encode("utf-8", "backslashreplace")
+    try:
+        if closed or _is_signalfd(1):     # fd 1 was closed: reaper's signalfd took its number
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        while data:
+            data = data[os.write(1, data):]
+    except OSError as e:
+        try:
+            os.write(2, f"{prog}: cannot write to standard output: {e.strerror}\n".encode())
+        except OSError:
+            pass
+        return 1
+    return 0
+
+
+def _is_signalfd(fd: int) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[signalfd]"
+    except OSError:
+        return False
 
 
 class HelpRequested(Exception):
@@ -395,6 +534,7 @@ def help_text() -> str:
         "",
         "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits",
         "with COMMAND's status. Every option also reads a REAPER_* environment variable.",
+        f"SECONDS are at most {MAX_SECONDS} (one week).",
     ]
     for section, title in _SECTIONS:
         lines += ["", title + ":"]

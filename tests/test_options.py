@@ -74,7 +74,9 @@ def test_single_child_overrides_process_group():
 @pytest.mark.parametrize("args", [["--cpu-budget", "0", "x"], ["--cpu-budget", "-1", "x"],
                                   ["--budget-action", "explode", "x"], ["--stray-match", "([", "x"],
                                   ["--stray-cpus", "0-999", "x"], ["--stray-cpus", "a-b", "x"],
-                                  ["--metrics-port", "70000", "x"]])
+                                  ["--metrics-port", "70000", "x"], ["--metrics-port", "٩٠٠٠", "x"],
+                                  ["--budget-interval", "86400000", "x"], ["--stray-cpus", "٠", "x"],
+                                  ["--cpu-budget", "inf", "x"], ["--cpu-budget", "nan", "x"]])
 def test_bad_values(args):
     with pytest.raises(UsageError):
         parse(args, environ={})
@@ -92,3 +94,135 @@ def test_short_clusters_attached_values_and_long_equals():
     assert cfg.rewrite == {15: 0} and cfg.verbosity == 3
     assert cfg.command == ["-x", "--y"]
     assert parse(["cmd", "-g", "--grace", "1"], environ={}).command == ["cmd", "-g", "--grace", "1"]
+
+
+# --- values that parse but cannot work are refused; the good ones still pass -------------
+
+def test_time_values_accept_plain_decimals_up_to_one_week():
+    assert options.MAX_SECONDS == 7 * 86400
+    for text, value in [("604800", 604800.0), ("0.5", 0.5), (" 2 ", 2.0), ("1e3", 1000.0), ("5.", 5.0)]:
+        assert parse(["--grace", text, "x"], environ={}).grace == value
+    assert str(parse(["--grace", "-0", "x"], environ={}).grace) == "0.0"
+    assert parse(["x"], environ={"REAPER_BUDGET_INTERVAL": "604800"}).budget_interval == 604800
+    assert options.seconds("0", allow_zero=True) == 0
+
+
+@pytest.mark.parametrize("text", ["604801", "1e308", "1e400", "inf", "nan", "-1", "abc", "1_0", "٣", "", " "])
+def test_time_values_refused(text):
+    with pytest.raises(UsageError):
+        parse(["--grace", text, "x"], environ={})
+
+
+def test_digits_are_ascii_only():
+    assert options.digits("0123456789")
+    assert not any(options.digits(t) for t in ("٣", "³", "１", "", "1 "))
+    with pytest.raises(UsageError):
+        parse(["x"], environ={"REAPER_REMAP_EXIT": "٣"})
+
+
+def test_rewrite_targets_may_be_anything_valid():
+    cfg = parse(["-r", "TSTP:STOP", "-r", "HUP:KILL", "-r", "USR1:0", "-r", "RTMAX:32", "x"], environ={})
+    assert cfg.rewrite == {20: 19, 1: 9, 10: 0, options_sigrtmax(): 32}
+    for bad in ("KILL:TERM", "STOP:0", "CHLD:TERM", "TTIN:0", "TTOU:0", "32:0", "33:1"):
+        with pytest.raises(UsageError, match="cannot rewrite"):
+            parse(["-r", bad, "x"], environ={})
+
+
+def options_sigrtmax():
+    import signal
+
+    return int(signal.SIGRTMAX)
+
+
+@pytest.mark.parametrize("sig,ok", [("KILL", True), ("TERM", True), ("HUP", True), ("USR1", True),
+                                    ("TSTP", True), ("RTMIN+1", True), ("STOP", False), ("CHLD", False),
+                                    ("TTIN", False), ("TTOU", False), ("32", False)])
+def test_pdeath_signal(sig, ok):
+    if ok:
+        assert parse(["-p", sig, "x"], environ={}).pdeath_signal
+    else:
+        with pytest.raises(UsageError):
+            parse(["-p", sig, "x"], environ={})
+
+
+def test_verbosity_variable_ranges():
+    assert parse(["x"], environ={"REAPER_VERBOSITY": "3"}).verbosity == 3
+    assert parse(["x"], environ={"REAPER_VERBOSITY": "0"}).verbosity == 0
+    assert parse(["x"], environ={"TINI_VERBOSITY": "4"}).verbosity == 4
+    for env in ({"REAPER_VERBOSITY": "4"}, {"REAPER_VERBOSITY": "-1"}, {"TINI_VERBOSITY": "5"},
+                {"TINI_VERBOSITY": "abc"}, {"TINI_VERBOSITY": ""}):
+        with pytest.raises(UsageError, match="expected a level"):
+            parse(["x"], environ=env)
+    # flags override variables: a -v means the variable is not read at all
+    assert parse(["-v", "x"], environ={"REAPER_VERBOSITY": "9"}).verbosity == 3
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "127.0.0.1", "::", "::1", "[::1]", "[::]", "::ffff:10.0.0.1",
+                                     "fe80::1%lo", "localhost", "localhost.", "my-host.example.com", "a1", "x.0a"])
+def test_metrics_address_accepted(address):
+    assert parse(["--metrics-address", address, "x"], environ={}).metrics_address == address
+
+
+@pytest.mark.parametrize("address", ["256.1.1.1", "999.0.0.1", "1.2.3", "1.2.3.4.5", "not an address!", "[::1",
+                                     "::1::", "-a", "a-", "a..b", "a_b", "é", "", "\udcff", "fe80::1%", "x" * 64])
+def test_metrics_address_refused(address):
+    with pytest.raises(UsageError, match="--metrics-address: bad address"):
+        parse(["--metrics-address", address, "x"], environ={})
+    with pytest.raises(UsageError, match="REAPER_METRICS_ADDRESS: bad address"):
+        parse(["x"], environ={"REAPER_METRICS_ADDRESS": address})
+
+
+def test_metrics_address_parsing_does_not_import_socket_unless_given():
+    import subprocess
+    import sys
+
+    code = ("import sys; from reaper import options; before = set(sys.modules); "
+            "options.parse(['--grace', '1', '-e', '3', '--summary-file', '/tmp/s', 'x'], environ={}); "
+            "print(' '.join(sorted(set(sys.modules) - before)) or '-')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["-"]          # no module imported for these (socket, re: only when needed)
+
+
+def test_files_are_checked_and_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = parse(["--summary-file", "s.json", "--metrics-file", "m.prom", "x"], environ={})
+    # reaper's working directory is / once the child runs: a relative path would land there
+    assert cfg.summary_file == str(tmp_path / "s.json") and cfg.metrics_file == str(tmp_path / "m.prom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []          # the probe file is gone
+    for path, msg in [(str(tmp_path), "is a directory"), (str(tmp_path / "no" / "s"), "cannot write in"),
+                      ("", "expected a path")]:
+        with pytest.raises(UsageError, match=msg):
+            parse(["--summary-file", path, "x"], environ={})
+
+
+def test_display_and_quoted():
+    d, q = options.display, options.quoted
+    assert q("abc") == "'abc'" and d("abc") == "abc"
+    assert q("\udcff") == r"'\xff'" and d("a\udcffb") == r"a\xffb"
+    assert d(b"\xff/x") == r"\xff/x"
+    assert q("1\n2") == r"'1\n2'" and d("1\n2") == r"1\n2"
+    assert q("it's \\ \udcff") == r"'it\'s \\ \xff'" and d("a\\b") == "a\\b"
+    assert q("٣") == "'٣'"
+    for text in ("\udcff\n\x1b\ud800", "a\u2028b"):
+        out = q(text) + d(text)
+        out.encode("utf-8")                                 # never a surrogate
+        assert len(out.splitlines()) == 1
+    assert str(UsageError("bad \udcff\nvalue")) == r"bad \xff\nvalue"
+
+
+def test_write_stdout_reports_errors_once(capfd):
+    import os
+
+    r, w = os.pipe()
+    saved = os.dup(1)
+    try:
+        os.dup2(w, 1)
+        assert options.write_stdout("hello\n") == 0
+        assert os.read(r, 100) == b"hello\n"
+        assert options.write_stdout("x", "reaper test", closed=True) == 1
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(r)
+        os.close(w)
+    assert capfd.readouterr().err == "reaper test: cannot write to standard output: Bad file descriptor\n"
