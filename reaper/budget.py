@@ -14,6 +14,11 @@ response --budget-action names, each step including the ones before it:
 "Over budget" is judged on demand, not on use: a duty-cycled stray that would
 use more than its budget if let run stays over budget (and stays throttled), as
 does one pressing against its cgroup's quota.
+
+A stray reaper may not act on (another user's: EPERM, EACCES) is named once,
+counted in actions["not_permitted"] and left alone from then on; the others are
+held to their budget all the same. No ordinary OS fault escapes tick() or
+close(), and close() resumes every stray it stopped whatever failed before.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from collections import deque
 from typing import Optional
 
 from reaper import stray_cpus
-from reaper.procctl import Gone, Handle, pidfds_work
+from reaper.procctl import Gone, Handle, NotPermitted, pidfds_work
 from reaper.proctable import ProcTable
 from reaper.strays import Finder
 from reaper.throttle import CgroupThrottle, DutyCycler, Unavailable
@@ -61,6 +66,7 @@ class Tracked:
         self.killed = False
         self.action = "none"             # the strongest response applied so far
         self.last_cpu = None
+        self.refused: Optional[NotPermitted] = None   # set once reaper may not act on it
 
 
 class Enforcer:
@@ -79,6 +85,8 @@ class Enforcer:
         self.cgroup: Optional[CgroupThrottle] = None
         self.mechanism: Optional[str] = None     # decided on first need
         self.said: set = set()                   # things said once
+        self.unpinned: set = set()               # keys of strays reaper may not even read
+        self.refusals: list = []                 # (what, pid, comm, strerror) not said yet
         self.next_sample = time.monotonic()      # first sample right away
         self.cpus = None
         try:
@@ -100,27 +108,43 @@ class Enforcer:
         return self.next_sample if due is None else min(due, self.next_sample)
 
     def tick(self, now: float) -> None:
-        if now >= self.next_sample:
-            self.next_sample += self.cfg.budget_interval
-            if self.next_sample <= now:
-                self.next_sample = now + self.cfg.budget_interval
-            self.sample(now)
-        if self.duty.members and self.draining:
-            self.duty.close(now)        # reaper drains everything: nothing may stay stopped
-            for t in self.tracked.values():
-                t.cycled = False
-        self.duty.step(time.monotonic())
+        try:
+            if now >= self.next_sample:
+                self.next_sample += self.cfg.budget_interval
+                if self.next_sample <= now:
+                    self.next_sample = now + self.cfg.budget_interval
+                self.sample(now)
+            if self.duty.members and self.draining:
+                self.duty.close(now)        # reaper drains everything: nothing may stay stopped
+                for t in self.tracked.values():
+                    t.cycled = False
+        finally:
+            # Whatever the sample met, the duty cycle moves on: its deadline must not stay behind.
+            self.duty.step(time.monotonic())
+            self._take_duty_faults()
+            self._say_refusals()
 
     def close(self) -> None:
         now = time.monotonic()
-        self.duty.close(now)
-        if self.cgroup is not None:
+        try:
+            self.duty.close(now)            # every stopped stray resumed, whatever failed before
+        finally:
+            self._take_duty_faults()
+            self._say_refusals()
+            self._remove_cgroups()
+            for t in self.tracked.values():
+                t.handle.close()
+            self.tracked.clear()
+
+    def _remove_cgroups(self) -> None:
+        if self.cgroup is None:
+            return
+        try:
             left = self.cgroup.close()
-            if left:
-                self.log.warn(f"could not remove cgroup(s) {', '.join(left)}")
-        for t in self.tracked.values():
-            t.handle.close()
-        self.tracked.clear()
+        except OSError as e:
+            left = [f"{self.cgroup.base} ({e.strerror})"]
+        if left:
+            self.log.warn(f"could not remove cgroup(s) {', '.join(left)}")
 
     # --- one sample ----------------------------------------------------------
 
@@ -140,23 +164,28 @@ class Enforcer:
 
         for key in [k for k in self.tracked if k not in found]:
             self._drop(self.tracked.pop(key), now, alive=self.tracked_alive(key))
+        self.unpinned &= found.keys()
         for key, stray in found.items():
             if key in self.tracked:
                 self.tracked[key].comm = stray.comm     # it may have exec'd since
-            else:
-                try:
-                    self.tracked[key] = Tracked(key, stray, Handle(*key), now)
-                    self.stats.strays_seen += 1
-                except Gone:
-                    continue
-                self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}")
+            elif key not in self.unpinned:
+                self._track(key, stray, now)
 
         window = cfg.budget_window
         for key, t in list(self.tracked.items()):
+            if t.refused is not None and t.refused.what == "read":
+                continue
             try:
                 cpu = t.handle.cpu_seconds()
             except Gone:
                 self._drop(self.tracked.pop(key), now, alive=False)
+                continue
+            except NotPermitted as e:
+                self._refuse(t, e)
+                continue
+            except OSError as e:
+                self._once("fail-read", f"cannot read the CPU time of stray {key[0]} ({t.comm}): "
+                                        f"{e.strerror}; it is skipped while this lasts", "warn")
                 continue
             if t.last_cpu is not None:
                 self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
@@ -182,6 +211,20 @@ class Enforcer:
         self._enforce(now)
         self._publish()
 
+    def _track(self, key, stray, now: float) -> None:
+        try:
+            handle = Handle(*key)
+        except Gone:
+            return
+        except NotPermitted as e:
+            self.unpinned.add(key)                  # not pinned again every sample
+            self.refusals.append((e.what, key[0], stray.comm, e.strerror))
+            self.stats.actions["not_permitted"] += 1
+            return
+        self.tracked[key] = Tracked(key, stray, handle, now)
+        self.stats.strays_seen += 1
+        self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}")
+
     def tracked_alive(self, key) -> bool:
         from reaper.proctable import read_stat
 
@@ -194,7 +237,7 @@ class Enforcer:
                     if now - t.since >= cfg.budget_grace and t.rate is not None]
         if self.cpus is not None:
             for t in eligible:
-                if not t.pinned:
+                if not t.pinned and t.refused is None:
                     self._act(t, "affinity", lambda h: h.set_affinity(self.cpus))
                     t.pinned = True
 
@@ -236,19 +279,24 @@ class Enforcer:
                     t.cycled = False
                     self.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
                 continue
-            if self.level >= 1 and not t.niced:
-                t.niced = True
-                if self._act(t, "nice", lambda h: h.renice(19)):
-                    t.action = "nice"
-                self._act(t, "sched_idle", lambda h: h.sched_idle())
-            if self.level >= 1 and t.autogroup_pending:
-                self._renice_autogroup(t)
-            if self.level >= 2:
-                budget = cfg.cpu_budget if t.key in over_one else None
-                share = total_share.get(t.key)
-                self._throttle(t, budget, share, now)
-            if self.level >= 3:
-                self._terminate(t, now)
+            self._respond(t, over_one, total_share, now)
+
+    def _respond(self, t: Tracked, over_one: set, total_share: dict, now: float) -> None:
+        """The configured response to a stray over budget, step by step; a stray
+        reaper may not act on is left alone from the first refusal."""
+        if self.level >= 1 and not t.niced:
+            t.niced = True
+            if self._act(t, "nice", lambda h: h.renice(19)):
+                t.action = "nice"
+            self._act(t, "sched_idle", lambda h: h.sched_idle())
+        if self.level >= 1 and t.autogroup_pending and t.refused is None:
+            self._renice_autogroup(t)
+        if self.level >= 2 and t.refused is None:
+            budget = self.cfg.cpu_budget if t.key in over_one else None
+            share = total_share.get(t.key)
+            self._throttle(t, budget, share, now)
+        if self.level >= 3 and t.refused is None:
+            self._terminate(t, now)
 
     def _over(self, t: Tracked, budget: float, leaf: Optional[str]) -> bool:
         if leaf is not None and self.cgroup is not None:
@@ -272,9 +320,14 @@ class Enforcer:
                       f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
     def _act(self, t: Tracked, action: str, fn) -> bool:
+        if t.refused is not None:
+            return False
         try:
             fn(t.handle)
         except Gone:
+            return False
+        except NotPermitted as e:
+            self._refuse(t, e)
             return False
         except OSError as e:
             self._once(f"fail-{action}", f"cannot apply {action} to stray {t.key[0]} ({t.comm}): "
@@ -289,7 +342,7 @@ class Enforcer:
         except Gone:
             t.autogroup_pending = False
             return
-        except OSError as e:
+        except OSError as e:            # NotPermitted too: the file may be root's when the stray is not
             if e.errno == errno.EAGAIN:
                 return      # unprivileged: one autogroup change per 100 ms, machine-wide; next sample
             t.autogroup_pending = False
@@ -390,6 +443,52 @@ class Enforcer:
                 self.log.warn(f"stray {t.key[0]} ({t.comm}) still alive {self.cfg.grace:g}s after SIGTERM: SIGKILL")
         except Gone:
             pass
+        except NotPermitted as e:
+            self._refuse(t, e)
+        except OSError as e:
+            self._once("fail-terminate", f"cannot terminate stray {t.key[0]} ({t.comm}): {e.strerror}", "warn")
+
+    # --- strays reaper may not act on -------------------------------------------
+
+    def _refuse(self, t: Tracked, e: NotPermitted) -> None:
+        """Leaves t alone from now on: nothing refused is retried every sample."""
+        if t.refused is not None:
+            return
+        t.refused = e
+        t.action = "not_permitted"
+        if t.cycled:
+            self.duty.release(t.key, time.monotonic())    # if stopped, resumed where possible
+            t.cycled = False
+        self.refusals.append((e.what, t.key[0], t.comm, e.strerror))
+        self.stats.actions["not_permitted"] += 1
+
+    def _take_duty_faults(self) -> None:
+        for key, signame, e in self.duty.take_faults():
+            t = self.tracked.get(key)
+            if t is None:
+                continue
+            t.cycled = False                 # the cycle dropped it
+            if isinstance(e, NotPermitted):
+                self._refuse(t, e)
+            else:
+                self._once(f"fail-{signame}", f"cannot send {signame} to stray {key[0]} ({t.comm}): "
+                                              f"{e.strerror}; it is no longer duty-cycled", "warn")
+
+    def _say_refusals(self) -> None:
+        """One line per kind of action refused since the last call, naming the strays."""
+        if not self.refusals:
+            return
+        by_what: dict = {}
+        for what, pid, comm, why in self.refusals:
+            by_what.setdefault(what, []).append((pid, comm, why))
+        self.refusals = []
+        for what, strays in by_what.items():
+            named = ", ".join(f"{pid} ({comm}, uid {_owner(pid)})" for pid, comm, _ in strays[:10])
+            more = f" and {len(strays) - 10} more" if len(strays) > 10 else ""
+            one = len(strays) == 1
+            self.log.warn(f"uid {os.geteuid()} may not {what} stray{'' if one else 's'} {named}{more}: "
+                          f"{strays[0][2]}; {'it is' if one else 'they are'} left alone, "
+                          f"not held to {'its' if one else 'their'} budget")
 
     # --- bookkeeping ---------------------------------------------------------
 
@@ -413,3 +512,10 @@ class Enforcer:
              "action": t.action, "since": round(t.since_wall, 3)}
             for t in sorted(self.tracked.values(), key=lambda t: -(t.rate or 0.0))
         ]
+
+
+def _owner(pid: int) -> str:
+    try:
+        return str(os.stat(f"/proc/{pid}").st_uid)
+    except OSError:
+        return "?"

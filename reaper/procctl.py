@@ -33,6 +33,39 @@ class Gone(Exception):
     """The process exited, or its pid now names another process."""
 
 
+class NotPermitted(PermissionError):
+    """reaper may not do `what` to this process (EPERM, EACCES): typically another
+    user's. A PermissionError, so a handler of OSError in general also stops it."""
+
+    def __init__(self, pid: int, what: str, err: "OSError | None" = None) -> None:
+        code = err.errno if err is not None and err.errno else errno.EPERM
+        super().__init__(code, (err.strerror if err is not None else None) or os.strerror(code))
+        self.pid = pid
+        self.what = what
+
+
+DENIED = (errno.EPERM, errno.EACCES)
+
+
+def _mapped(e: OSError, pid: int, what: str) -> Exception:
+    """The exception an OS error on pid means to the caller."""
+    if e.errno == errno.ESRCH:
+        return Gone(pid)
+    if e.errno in DENIED:
+        return NotPermitted(pid, what, e)
+    return e
+
+
+def _psutil_mapped(e: Exception, pid: int, what: str) -> Exception:
+    import psutil
+
+    if isinstance(e, psutil.AccessDenied):
+        # Not Gone: a stray dropped for this would be found again, and pinned again,
+        # every sample.
+        return NotPermitted(pid, what)
+    return Gone(pid)
+
+
 class Handle:
     def __init__(self, pid: int, start: int) -> None:
         import psutil
@@ -41,8 +74,8 @@ class Handle:
         self.start = start
         try:
             self.proc = psutil.Process(pid)
-        except psutil.Error:
-            raise Gone(pid) from None
+        except psutil.Error as e:
+            raise _psutil_mapped(e, pid, "read") from None
         # psutil read the start time of whatever held the pid at that moment:
         # if it still matches the table, psutil pinned the process we found.
         if not self.same():
@@ -59,8 +92,10 @@ class Handle:
 
         try:
             t = self.proc.cpu_times()
-        except psutil.Error:
-            raise Gone(self.pid) from None
+        except psutil.Error as e:
+            raise _psutil_mapped(e, self.pid, "read") from None
+        except OSError as e:
+            raise _mapped(e, self.pid, "read") from None
         return t.user + t.system
 
     # --- signals ------------------------------------------------------------
@@ -69,12 +104,10 @@ class Handle:
         if self._pidfd is None and HAVE_PIDFD:
             try:
                 fd = os.pidfd_open(self.pid)
-            except ProcessLookupError:
-                raise Gone(self.pid) from None
             except OSError as e:
                 if e.errno in (errno.ENOSYS, errno.EINVAL):
                     return None           # kernel without pidfds: the caller said so once
-                raise
+                raise _mapped(e, self.pid, "pidfd_open") from None
             if not self.same():           # the pidfd names whoever holds the pid now
                 os.close(fd)
                 raise Gone(self.pid)
@@ -92,33 +125,35 @@ class Handle:
                 raise Gone(self.pid)
             os.kill(self.pid, signo)
             return False
-        except ProcessLookupError:
-            raise Gone(self.pid) from None
+        except OSError as e:
+            raise _mapped(e, self.pid, _signame(signo)) from None
 
     # --- priority, scheduling class, affinity --------------------------------
 
-    def _each_thread(self, fn: Callable[[int], None]) -> None:
+    def _each_thread(self, what: str, fn: Callable[[int], None]) -> None:
         """fn(tid) for every thread (nice, policy and affinity are per thread),
         with the identity checked before and after."""
         if not self.same():
             raise Gone(self.pid)
         try:
             tids = [int(t) for t in os.listdir(f"/proc/{self.pid}/task")]
-        except OSError:
-            raise Gone(self.pid) from None
+        except OSError as e:
+            raise (NotPermitted(self.pid, what, e) if e.errno in DENIED else Gone(self.pid)) from None
         for tid in tids:
             try:
                 fn(tid)
             except ProcessLookupError:
                 pass                      # that thread ended
+            except OSError as e:
+                raise _mapped(e, self.pid, what) from None
         if not self.same():
             raise Gone(self.pid)
 
     def renice(self, value: int = 19) -> None:
-        self._each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid, value))
+        self._each_thread("nice", lambda tid: os.setpriority(os.PRIO_PROCESS, tid, value))
 
     def sched_idle(self) -> None:
-        self._each_thread(lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
+        self._each_thread("sched_idle", lambda tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0)))
 
     def autogroup_nice(self, value: int = 19) -> bool:
         """Renices the stray's autogroup, if it leads a session of its own. Outside any
@@ -137,22 +172,25 @@ class Handle:
                 os.write(fd, str(value).encode())
             finally:
                 os.close(fd)
-        except ProcessLookupError:
-            raise Gone(self.pid) from None
         except FileNotFoundError:
             return False
+        except OSError as e:
+            raise _mapped(e, self.pid, "autogroup_nice") from None
         if not self.same():
             raise Gone(self.pid)
         return True
 
     def set_affinity(self, cpus: frozenset) -> None:
-        self._each_thread(lambda tid: os.sched_setaffinity(tid, cpus))
+        self._each_thread("affinity", lambda tid: os.sched_setaffinity(tid, cpus))
 
-    def checked(self, fn: Callable[[], None]) -> None:
+    def checked(self, fn: Callable[[], None], what: str = "cgroup move") -> None:
         """fn() between two identity checks (cgroup moves)."""
         if not self.same():
             raise Gone(self.pid)
-        fn()
+        try:
+            fn()
+        except OSError as e:
+            raise _mapped(e, self.pid, what) from None
         if not self.same():
             raise Gone(self.pid)
 
@@ -163,3 +201,10 @@ class Handle:
             except OSError:
                 pass
             self._pidfd = None
+
+
+def _signame(signo: int) -> str:
+    try:
+        return signal.Signals(signo).name
+    except ValueError:
+        return f"signal {signo}"

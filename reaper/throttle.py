@@ -12,7 +12,6 @@ import errno
 import os
 import secrets
 import signal
-import time
 from typing import Optional
 
 PERIOD_US = 100_000          # CFS bandwidth period, the kernel's default
@@ -207,40 +206,47 @@ class CgroupThrottle:
 
     def close(self) -> list:
         """Moves any process still inside back to reaper's own cgroup, removes
-        every cgroup made; returns the directories that could not be removed."""
-        left = []
+        every cgroup made; returns the directories that could not be removed.
+        Never sleeps (it runs on the loop's path): a process moved out has left by
+        the second pass, and the drain has reaped everything before this runs."""
         try:
             dirs = [os.path.join(self.base, n) for n in os.listdir(self.base)
                     if os.path.isdir(os.path.join(self.base, n))] + [self.base]
         except OSError:
             return []
-        for d in dirs:
-            for _ in range(3):
-                try:
-                    pids = _read(os.path.join(d, "cgroup.procs")).split()
-                except OSError:
-                    pids = []
-                for pid in pids:
-                    try:
-                        self.move(int(pid), self.parent)
-                    except OSError:
-                        pass
-                if self._rmdir(d):
-                    break
-                time.sleep(0.01)       # a process moved out may take a moment to leave
-            else:
-                left.append(d)
-        return left
+        for _ in range(2):
+            dirs = [d for d in dirs if not self._empty_and_remove(d)]
+            if not dirs:
+                break
+        return dirs
+
+    def _empty_and_remove(self, d: str) -> bool:
+        try:
+            pids = _read(os.path.join(d, "cgroup.procs")).split()
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                self.move(int(pid), self.parent)
+            except (OSError, ValueError):
+                pass
+        return self._rmdir(d)
 
 
 class DutyCycler:
     """cpulimit's method: in every DUTY_PERIOD a throttled stray runs for its
     fraction, then is stopped until the next period. All members share one
-    period, so the loop wakes at most 1 + len(members) times per period."""
+    period, so the loop wakes at most 1 + len(members) times per period.
+
+    A member that cannot be signalled leaves the cycle at once (what cannot be
+    stopped is not stopped; what cannot be resumed cannot be helped), so one
+    member's fault never holds up the others and no deadline stays in the past.
+    Faults other than Gone are kept in `faults` for the enforcer to take."""
 
     def __init__(self) -> None:
         self.members: dict = {}        # key -> Member
         self.period_start = 0.0
+        self.faults: list = []         # (key, signal name, OSError): members dropped for it
 
     class Member:
         __slots__ = ("handle", "fraction", "stopped_at", "stopped_total")
@@ -265,60 +271,82 @@ class DutyCycler:
             return 0.0
         return m.stopped_total + (now - m.stopped_at if m.stopped_at is not None else 0.0)
 
+    def take_faults(self) -> list:
+        out, self.faults = self.faults, []
+        return out
+
     def release(self, key: tuple, now: float) -> None:
         """Stops duty-cycling key; resumes it if it is stopped."""
         m = self.members.pop(key, None)
         if m is not None and m.stopped_at is not None:
-            self._cont(m, now)
+            self._cont(key, m, now)
 
     def forget(self, key: tuple) -> None:
         self.members.pop(key, None)
 
-    def _cont(self, m, now: float) -> None:
+    def _send(self, key: tuple, m, signo: int) -> bool:
+        """signo to a member; False if it did not arrive (the process is gone, or
+        reaper may not signal it: then the fault is kept)."""
         from reaper.procctl import Gone
 
+        try:
+            m.handle.signal(signo)
+            return True
+        except Gone:
+            return False
+        except OSError as e:               # NotPermitted, or anything else the OS says
+            self.faults.append((key, signal.Signals(signo).name, e))
+            return False
+
+    def _cont(self, key: tuple, m, now: float) -> bool:
         m.stopped_total += now - m.stopped_at
         m.stopped_at = None
-        try:
-            m.handle.signal(signal.SIGCONT)
-        except Gone:
-            pass
+        return self._send(key, m, signal.SIGCONT)
+
+    def _stop_at(self, m) -> float:
+        return self.period_start + m.fraction * DUTY_PERIOD
 
     def next_deadline(self) -> Optional[float]:
         if not self.members:
             return None
-        end = self.period_start + DUTY_PERIOD
-        due = end
+        due = self.period_start + DUTY_PERIOD
         for m in self.members.values():
             if m.stopped_at is None and m.fraction < 1.0:
-                due = min(due, self.period_start + m.fraction * DUTY_PERIOD)
+                due = min(due, self._stop_at(m))
         return due
 
-    def step(self, now: float) -> None:
-        from reaper.procctl import Gone
+    def _next_period(self, now: float) -> None:
+        # Keep the cadence unless the loop fell far behind.
+        self.period_start += DUTY_PERIOD
+        if now - self.period_start >= DUTY_PERIOD:
+            self.period_start = now
+        for key, m in list(self.members.items()):
+            if m.stopped_at is not None and not self._cont(key, m, now):
+                del self.members[key]
 
+    def step(self, now: float) -> None:
+        """Resumes everything at a period's start, stops each member whose run time
+        is over. Afterwards every deadline lies ahead: each member due was stopped
+        or has left the cycle."""
         if not self.members:
             return
         if now >= self.period_start + DUTY_PERIOD:
-            # Keep the cadence unless the loop fell far behind.
-            self.period_start += DUTY_PERIOD
-            if now - self.period_start >= DUTY_PERIOD:
-                self.period_start = now
-            for m in self.members.values():
-                if m.stopped_at is not None:
-                    self._cont(m, now)
-        gone = []
-        for key, m in self.members.items():
-            if m.stopped_at is None and m.fraction < 1.0 \
-                    and now >= self.period_start + m.fraction * DUTY_PERIOD:
-                try:
-                    m.handle.signal(signal.SIGSTOP)
+            self._next_period(now)
+        for key, m in list(self.members.items()):
+            if m.stopped_at is None and m.fraction < 1.0 and now >= self._stop_at(m):
+                if self._send(key, m, signal.SIGSTOP):
                     m.stopped_at = now
-                except Gone:
-                    gone.append(key)
-        for key in gone:
-            self.members.pop(key, None)
+                else:
+                    del self.members[key]
 
     def close(self, now: float) -> None:
+        """Resumes every stopped member, whatever happens to the others: an
+        unexpected error is raised only once all have been tried."""
+        error = None
         for key in list(self.members):
-            self.release(key, now)
+            try:
+                self.release(key, now)
+            except Exception as e:          # a bug: raise it, after the rest are resumed
+                error = error or e
+        if error is not None:
+            raise error

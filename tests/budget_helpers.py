@@ -1,9 +1,11 @@
 """Helpers for the CPU budget tests: busy processes, /proc measurements, a
-read-only cgroup filesystem, and an in-process harness (run as PID 1 of its own
-namespace) for what only the enforcer itself can show: resume at close, and a
-recycled pid that must not be hit.
+read-only cgroup filesystem, a setuid-root busy loop, and an in-process harness
+(run as PID 1 of its own namespace) for what only the enforcer itself can show:
+resume at close, a recycled pid that must not be hit, and strays reaper may not
+signal.
 
-    python tests/budget_helpers.py close-resumes | recycled-pid   (under unshare)
+    python tests/budget_helpers.py close-resumes | recycled-pid | duty-faults |
+        close-with-refused                                       (under unshare)
 """
 from __future__ import annotations
 
@@ -25,14 +27,21 @@ def marker() -> str:
     return "m" + uuid.uuid4().hex[:12]
 
 
-def busy_code(tag: str, ignore_term: bool = False, seconds: float = 0) -> str:
-    """A busy loop whose argv carries tag (so the test can find it)."""
+def busy_code(tag: str, ignore_term: bool = False, seconds: float = 0, share: float = 1.0) -> str:
+    """A busy loop whose argv carries tag (so the test can find it). share < 1:
+    busy for that share of every 50 ms, asleep for the rest (over a small budget
+    all the same, and kinder to the machine)."""
     lines = ["import signal, sys, time"]
     if ignore_term:
         lines.append("signal.signal(signal.SIGTERM, signal.SIG_IGN)")
     if seconds:
         lines.append(f"end = time.monotonic() + {seconds}")
         lines.append("while time.monotonic() < end: pass")
+    elif share < 1.0:
+        lines.append("while True:")
+        lines.append(f"    t = time.monotonic() + {0.05 * share}")
+        lines.append("    while time.monotonic() < t: pass")
+        lines.append(f"    time.sleep({0.05 * (1 - share)})")
     else:
         lines.append("while True: pass")
     return "\n".join(lines)
@@ -126,6 +135,74 @@ def rate_with_control(pids: list, seconds: float) -> tuple:
         control.kill()
         control.wait()
     return rate, control_rate
+
+
+def assert_rate_near(pids, budget, seconds=6.0, low=0.8):
+    """Within 20% of the budget. The cap always holds. What a capped stray can reach
+    depends on free CPU: it runs at the speed an unthrottled busy loop of its own
+    scheduling class (SCHED_IDLE) gets in the same window, so the floor is scaled by
+    that speed, and skipped when the machine is too busy to say anything."""
+    rate, control = rate_with_control(pids, seconds)
+    assert rate <= budget * 1.2, f"{rate:.3f} cores, budget {budget}"
+    if control >= 0.25:
+        floor = budget * low * min(1.0, control)
+        assert rate >= floor, f"{rate:.3f} cores, budget {budget} (an unthrottled loop got {control:.3f})"
+    return rate
+
+
+def states_for(pids: list, seconds: float) -> set:
+    """Every state the live ones among pids were seen in over the next `seconds`."""
+    states = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for p in pids:
+            try:
+                states.add(stat(p)["state"])
+            except OSError:
+                pass
+        time.sleep(0.005)
+    return states
+
+
+# --- processes reaper may not signal ----------------------------------------------
+
+# A busy loop that makes itself root for good (real, effective and saved uid), when
+# installed setuid root: a process its uid-1000 parent started and may not signal.
+ROOT_BUSY_C = r"""
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+int main(void) {
+    if (setresuid(0, 0, 0) != 0) { perror("setresuid"); return 1; }
+    for (;;) {      /* busy half of every 50 ms */
+        struct timespec t0, t, nap = {0, 25000000};
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 25000000L);
+        nanosleep(&nap, NULL);
+    }
+}
+"""
+
+
+def setuid_root_busy(directory: str) -> str:
+    """Compiles ROOT_BUSY_C into directory, owned by root and setuid. Needs root."""
+    src, out = os.path.join(directory, "rootbusy.c"), os.path.join(directory, "rootbusy")
+    with open(src, "w") as f:
+        f.write(ROOT_BUSY_C)
+    subprocess.run(["gcc", "-O1", "-o", out, src], check=True, capture_output=True)
+    os.chown(out, 0, 0)
+    os.chmod(out, 0o4755)
+    return out
+
+
+def as_user(uid: int):
+    """preexec_fn: the child becomes uid (and gid) for good."""
+    def switch():
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    return switch
 
 
 def cpu_cgroup(pid: int) -> str:
@@ -279,6 +356,92 @@ def close_resumes() -> dict:
             "cpu_after": ran, "actions": dict(enf.stats.actions)}
 
 
+def _wait_state(pid: int, want: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if stat(pid)["state"] == want:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def duty_faults() -> dict:
+    """The duty cycler, run as uid 1000 on two real processes: one of root's (it may
+    not signal it) listed first, one of its own. The root one's refusal must not
+    stop the other being stopped, nor leave a deadline behind, nor keep close()
+    from resuming the other."""
+    from reaper.procctl import Handle, NotPermitted
+    from reaper.throttle import DutyCycler
+
+    # Another session: within one, SIGCONT may go to anyone (so close() would not meet a refusal).
+    root = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    mine = subprocess.Popen(["sleep", "600"], preexec_fn=as_user(1000))
+    as_user(1000)()
+    kr, km = (root.pid, stat(root.pid)["start"]), (mine.pid, stat(mine.pid)["start"])
+    duty = DutyCycler()
+    t = time.monotonic()
+    duty.set(kr, Handle(*kr), 0.1, t)
+    duty.set(km, Handle(*km), 0.1, t)
+    duty.step(t + 0.05)                          # both due to stop
+    out = {"members_after_step": [list(k) for k in duty.members],
+           "deadline_ahead": (duty.next_deadline() or 0) > t + 0.05,
+           "mine_stopped": _wait_state(mine.pid, "T", 5),
+           "root_state": stat(root.pid)["state"],
+           "faults": [(list(k), sig, type(e).__name__, e.what) for k, sig, e in duty.take_faults()]}
+    # Many periods on: the refused member stays out, the other one cycles.
+    for i in range(1, 20):
+        duty.step(t + 0.05 + i * 0.05)
+    out["members_later"] = [list(k) for k in duty.members]
+    out["faults_later"] = len(duty.take_faults())
+    # close(): the root member back in, as stopped and first in line (as if its
+    # credentials had changed since): its refused SIGCONT must not keep the other
+    # one stopped.
+    duty.step(t + 2.0)
+    duty.step(t + 2.05)
+    out["mine_stopped_before_close"] = _wait_state(mine.pid, "T", 5)
+    members = dict(duty.members)
+    duty.members = {kr: DutyCycler.Member(Handle(*kr)), **members}
+    duty.members[kr].stopped_at = t + 2.0
+    try:
+        duty.close(t + 2.06)
+        out["close_raised"] = None
+    except Exception as e:
+        out["close_raised"] = repr(e)
+    out["mine_states_after_close"] = sorted(states_for([mine.pid], 0.3))
+    out["close_faults"] = [(sig, isinstance(e, NotPermitted)) for _, sig, e in duty.take_faults()]
+    out["members_after_close"] = len(duty.members)
+    return out
+
+
+def close_with_refused() -> dict:
+    """The enforcer, run as uid 1000, with two busy strays: root's (it may not act on
+    it) and its own (duty-cycled). close() at a moment its own is stopped leaves it
+    running; the root one is named once."""
+    main = subprocess.Popen(["sleep", "600"])
+    root = subprocess.Popen([PYTHON, "-c", busy_code("r", share=0.5)], start_new_session=True)
+    mine = subprocess.Popen([PYTHON, "-c", busy_code("m")], preexec_fn=as_user(1000))
+    as_user(1000)()
+    enf = _enforcer(["--cpu-budget", "0.2", "--budget-grace", "0", "--budget-window", "1",
+                     "--budget-interval", "0.2", "--budget-action", "throttle"], main.pid)
+    seen_stopped = _run_until(enf, lambda: enf.stats.actions["not_permitted"] >= 1
+                              and stat(mine.pid)["state"] == "T", 20)
+    for _ in range(5):                            # a few more samples: nothing is retried
+        _run_until(enf, lambda: False, 0.2)
+    # Close at a moment it is stopped (the duty cycle just stopped it).
+    _run_until(enf, lambda: stat(mine.pid)["state"] == "T", 5)
+    enf.close()
+    states = sorted(states_for([mine.pid], 0.3))
+    out = {"seen_stopped": seen_stopped, "mechanism": enf.stats.mechanism, "states_after": states,
+           "root_states": sorted(states_for([root.pid], 0.1)), "actions": dict(enf.stats.actions),
+           "root": root.pid, "mine": mine.pid}
+    for p in (mine, root, main):
+        try:
+            p.kill()
+        except PermissionError:
+            pass                                  # root's: the namespace takes it down
+    return out
+
+
 def recycled_pid(pidfds: bool = True) -> dict:
     """Pins a process, lets it die, brings its pid back in a new process, then
     tries every action through the stale handle: each must refuse. Without pidfds
@@ -368,5 +531,6 @@ if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(HERE))
     what = sys.argv[1]
     out = {"close-resumes": close_resumes, "recycled-pid": recycled_pid,
-           "recycled-pid-no-pidfd": lambda: recycled_pid(pidfds=False)}[what]()
+           "recycled-pid-no-pidfd": lambda: recycled_pid(pidfds=False),
+           "duty-faults": duty_faults, "close-with-refused": close_with_refused}[what]()
     print(json.dumps(out), flush=True)

@@ -65,18 +65,7 @@ def stop(r: Reaper, timeout=30.0) -> int:
 # CPU shares are measured here: never beside the other CPU-heavy tests.
 pytestmark = pytest.mark.xdist_group("cpu-heavy")
 
-
-def assert_rate_near(pids, budget, seconds=6.0, low=0.8):
-    """Within 20% of the budget. The cap always holds. What a capped stray can reach
-    depends on free CPU: it runs at the speed an unthrottled busy loop of its own
-    scheduling class (SCHED_IDLE) gets in the same window, so the floor is scaled by
-    that speed, and skipped when the machine is too busy to say anything."""
-    rate, control = bh.rate_with_control(pids, seconds)
-    assert rate <= budget * 1.2, f"{rate:.3f} cores, budget {budget}"
-    if control >= 0.25:
-        floor = budget * low * min(1.0, control)
-        assert rate >= floor, f"{rate:.3f} cores, budget {budget} (an unthrottled loop got {control:.3f})"
-    return rate
+assert_rate_near = bh.assert_rate_near
 
 
 # --- detection and the nice step ---------------------------------------------
