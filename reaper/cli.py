@@ -74,7 +74,7 @@ def _is_open(fd: int) -> bool:
 
 
 def _run(cfg, sfd: int, inherited: list) -> int:
-    from reaper.log import Log, display, quoted
+    from reaper.log import Log, quoted
 
     log = Log(cfg.verbosity)
     stats = exporter = None

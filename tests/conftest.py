@@ -74,6 +74,20 @@ def descendants(root: int) -> list:
     return found
 
 
+def host_pid_of_watch(ns: subprocess.Popen) -> int:
+    """Host pid of the `reaper watch` running two levels below ns (unshare, its init)."""
+    def find():
+        for init in children_of(ns.pid):
+            for c in children_of(init):
+                try:
+                    if b"watch" in open(f"/proc/{c}/cmdline", "rb").read().split(b"\0"):
+                        return c
+                except OSError:
+                    pass
+        return None
+    return wait_for(find, 10, what="the watch process")
+
+
 def proc_status(pid: int) -> dict:
     out = {}
     with open(f"/proc/{pid}/status") as f:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, Reaper, proc_status, py, run_reaper, shared_tmpdir,
+from conftest import (PYTHON, REAPER, UNSHARE, proc_status, py, run_reaper, shared_tmpdir,
                       summary, wait_for, wait_for_file)
 
 FAULTY = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py")]

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, shared_tmpdir, wait_for, wait_for_file
+from conftest import PYTHON, REAPER, UNSHARE, free_port, host_pid_of_watch, shared_tmpdir, wait_for, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 import budget_helpers as bh
 
@@ -106,19 +106,6 @@ def namespace():
         ns.communicate()
 
 
-def _host_watch(ns: subprocess.Popen) -> int:
-    def find():
-        for init in children_of(ns.pid):
-            for c in children_of(init):
-                try:
-                    if b"watch" in open(f"/proc/{c}/cmdline", "rb").read().split(b"\0"):
-                        return c
-                except OSError:
-                    pass
-        return None
-    return wait_for(find, 10, what="the watch process")
-
-
 @pytest.mark.xdist_group("cpu-heavy")
 def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, tmp_path):
     port = free_port()
@@ -134,7 +121,7 @@ def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, t
     wait_healthy(port)
     (root,) = wait_for(lambda: bh.pids_tagged(root_tag), 20, what="the root stray")
     (mine,) = wait_for(lambda: bh.pids_tagged(mine_tag), 20, what="uid 1000's stray")
-    watch = _host_watch(ns)
+    watch = host_pid_of_watch(ns)
     assert bh.proc_uid(root) == 0 and bh.proc_uid(mine) == 1000 and bh.proc_uid(watch) == 1000
 
     wait_for(lambda: bh.stat(mine)["state"] == "T", 30, what="uid 1000's stray stopped by duty-cycling")

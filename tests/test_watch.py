@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, wait_for, wait_for_file
+from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, wait_for_file, host_pid_of_watch
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 
 ZOMBIES = 4
@@ -48,19 +48,6 @@ def _start(tmp_path, port, extra=""):
                              str(ZOMBIES)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _host_pid_of_watch(ns: subprocess.Popen) -> int:
-    def find():
-        for init in children_of(ns.pid):
-            for c in children_of(init):
-                try:
-                    if b"watch" in open(f"/proc/{c}/cmdline", "rb").read().split(b"\0"):
-                        return c
-                except OSError:
-                    pass
-        return None
-    return wait_for(find, 10, what="the watch process")
-
-
 def _stat(pid: int) -> list:
     """Fields of /proc/PID/stat after the command name: state, ppid, ..."""
     with open(f"/proc/{pid}/stat") as f:
@@ -97,7 +84,7 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
     s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busy_ratio"), "per-core CPU")
     assert s.total("reaper_reaped_total") is None           # reaped nothing
     # It reaps nothing that is not its own: the zombies are still there.
-    host_watch = _host_pid_of_watch(ns)
+    host_watch = host_pid_of_watch(ns)
     host_init = int(_stat(host_watch)[1])
     host_parent = [c for c in children_of(host_init) if c != host_watch][0]
     kids = children_of(host_parent)
@@ -121,7 +108,7 @@ def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
                     "the enforcer to sample the namespace")
     assert s.value("reaper_budget_info", mechanism="none") is not None or s.samples("reaper_budget_info")
     assert s.value("reaper_processes", **{"class": "stray"}) is not None
-    os.kill(_host_pid_of_watch(ns), signal.SIGINT)
+    os.kill(host_pid_of_watch(ns), signal.SIGINT)
     assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
 
 
