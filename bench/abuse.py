@@ -128,3 +128,182 @@ class Abuse:
             except OSError:
                 pass
             i += 1
+
+
+# --- a connection flood: idle and slow-loris connections held open ----------------------
+
+SLOW_EVERY = 0.5     # seconds between the header lines a slow-loris connection trickles
+
+
+class Flood:
+    """Holds `idle` connections that never send a byte and `slow` ones that trickle
+    a request head that never ends; every connection cut is opened again at once.
+    One thread, one selectors loop (a thousand threads would measure themselves)."""
+
+    def __init__(self, port: int, idle: int, slow: int, host: str = "127.0.0.1") -> None:
+        import selectors
+
+        self.addr = (host, port)
+        self.selector = selectors.DefaultSelector()
+        self.kinds = ["idle"] * idle + ["slow"] * slow
+        self.established = 0       # connections open now
+        self.connects = 0          # connections ever established
+        self.cuts = 0              # connections the server cut (EOF or reset)
+        self.retry: list = []      # kinds to open again once connect() can succeed
+        self.slow_due: dict = {}   # slow socket -> when it sends its next line
+        self.control_ready = False  # a file registered with data None became readable
+
+    def open_all(self) -> None:
+        for kind in self.kinds:
+            self._open(kind)
+
+    def _open(self, kind: str) -> None:
+        import errno
+        import selectors
+
+        s = socket.socket()
+        s.setblocking(False)
+        err = s.connect_ex(self.addr)
+        if err not in (0, errno.EINPROGRESS):
+            s.close()
+            self.retry.append(kind)          # refused, or out of ports: later
+            return
+        self.selector.register(s, selectors.EVENT_WRITE, [kind, False])
+
+    def _drop(self, s: socket.socket, state: list) -> None:
+        self.selector.unregister(s)
+        s.close()
+        self.slow_due.pop(s, None)
+        if state[1]:
+            self.established -= 1
+            self.cuts += 1
+        self._open(state[0])
+
+    def step(self, timeout: float) -> None:
+        import selectors
+
+        for key, _ in self.selector.select(timeout):
+            s, state = key.fileobj, key.data
+            if state is None:                                  # a control file of the caller's
+                self.control_ready = True
+                continue
+            if not state[1]:                                   # connect() finished
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    self.selector.unregister(s)
+                    s.close()
+                    self.retry.append(state[0])
+                    continue
+                state[1] = True
+                self.established += 1
+                self.connects += 1
+                self.selector.modify(s, selectors.EVENT_READ, state)
+                if state[0] == "slow":
+                    self._send(s, state, b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                continue
+            try:
+                gone = not s.recv(4096)
+            except OSError:
+                gone = True
+            if gone:
+                self._drop(s, state)
+        now = time.monotonic()
+        for s, due in list(self.slow_due.items()):
+            if due <= now and s in self.slow_due:          # not dropped earlier in this loop
+                self._send(s, self.selector.get_key(s).data, b"X-Slow: 1\r\n")
+        retry, self.retry = self.retry, []
+        for kind in retry:
+            self._open(kind)
+
+    def _send(self, s: socket.socket, state: list, data: bytes) -> None:
+        try:
+            s.send(data)
+        except OSError:
+            self._drop(s, state)
+            return
+        self.slow_due[s] = time.monotonic() + SLOW_EVERY
+
+    def stats(self) -> dict:
+        return {"established": self.established, "connects": self.connects, "cuts": self.cuts,
+                "wanted": len(self.kinds)}
+
+
+def _flood_main(argv: list) -> int:
+    """python3 abuse.py flood PORT IDLE SLOW: prints "ready" once every connection is
+    open; each line on stdin gets the counters back as JSON; stdin's EOF ends it."""
+    import json
+    import resource
+    import selectors
+    import sys
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    port, idle, slow = (int(a) for a in argv)
+    flood = Flood(port, idle, slow)
+    flood.open_all()
+    stdin = sys.stdin.buffer.raw
+    flood.selector.register(stdin, selectors.EVENT_READ, None)
+    said_ready = False
+    while True:
+        if not said_ready and flood.established >= len(flood.kinds):
+            sys.stdout.write("ready\n")
+            sys.stdout.flush()
+            said_ready = True
+        if flood.control_ready:
+            flood.control_ready = False
+            line = stdin.read(4096)
+            if not line:
+                return 0
+            sys.stdout.write(json.dumps(flood.stats()) + "\n")
+            sys.stdout.flush()
+        flood.step(0.05 if flood.slow_due or flood.retry else 0.2)
+
+
+class Flooding:
+    """The flood in a process of its own (its loop must not share the GIL with the
+    probing client). with Flooding(port, idle, slow) as f: ... f.stats() ..."""
+
+    def __init__(self, port: int, idle: int, slow: int, timeout: float = 60.0) -> None:
+        self.args = [str(port), str(idle), str(slow)]
+        self.timeout = timeout
+        self.proc = None
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, __file__, "flood", *self.args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        if self._line() != "ready":
+            self.__exit__()
+            raise RuntimeError("the flood did not get its connections open")
+        return self
+
+    def _line(self) -> str:
+        import select
+
+        if not select.select([self.proc.stdout], [], [], self.timeout)[0]:
+            raise TimeoutError(f"no answer from the flood within {self.timeout}s")
+        return self.proc.stdout.readline().strip()
+
+    def stats(self) -> dict:
+        import json
+
+        self.proc.stdin.write("stats\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line())
+
+    def __exit__(self, *exc):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] == ["flood"]:
+        sys.exit(_flood_main(sys.argv[2:]))
+    sys.exit("usage: abuse.py flood PORT IDLE SLOW")

@@ -3,7 +3,9 @@ reaper's scope, per-core CPU, cgroup counts and the pids controller.
 
 Only the exporter uses this module (at scrape time or from its sampler
 thread), so none of it runs when metrics are off. Every reader tolerates
-processes vanishing mid-scan and files that do not exist on this kernel.
+processes vanishing mid-scan and files that do not exist on this kernel, and
+says "unreadable" (None, or an empty table) rather than a zero that would look
+healthy: some sandboxes bind an empty directory over /proc.
 """
 from __future__ import annotations
 
@@ -54,6 +56,15 @@ def scan() -> dict:
 def uptime(proc: str = "/proc") -> float:
     with open(f"{proc}/uptime") as f:
         return float(f.read().split()[0])
+
+
+def own_rss(proc: str = "/proc") -> "int | None":
+    """This process's resident memory in bytes; None if /proc cannot say."""
+    try:
+        with open(f"{proc}/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def descendants(table: dict, root: int) -> set:
@@ -124,8 +135,9 @@ class CpuSampler:
 
 # --- cgroups --------------------------------------------------------------------
 
-def proc_cgroups(proc: str = "/proc") -> dict:
-    """controller -> num_cgroups from /proc/cgroups (host-wide; on recent kernels v1 controllers only)."""
+def proc_cgroups(proc: str = "/proc") -> "dict | None":
+    """controller -> num_cgroups from /proc/cgroups (host-wide; on recent kernels v1
+    controllers only); None if it cannot be read."""
     out = {}
     try:
         with open(f"{proc}/cgroups") as f:
@@ -136,7 +148,7 @@ def proc_cgroups(proc: str = "/proc") -> dict:
                 if len(parts) >= 4 and parts[2].isdigit():
                     out[parts[0]] = int(parts[2])
     except OSError:
-        pass
+        return None
     return out
 
 

@@ -1,0 +1,320 @@
+"""The exporter cannot hurt PID 1: a connection flood, an empty /proc, no room for a
+thread. Real reapers, real HTTP; bench/abuse.py's Flooding holds the connections."""
+import gzip
+import http.client
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, REAPER, UNSHARE, free_port, proc_status, wait_for
+from metrics_helpers import Scrape, get, in_pids_cgroup, remove_cgroup, wait_healthy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from abuse import Flooding  # noqa: E402  (one copy for the test and the benchmark)
+
+IDLE, SLOW = 1000, 300          # SLOW alone is above the server's 256 connections: it must evict
+
+
+def request(port: int, method: str, path: str, headers=None, body=None, timeout: float = 10.0):
+    """(status, headers dict with lower-case names, body bytes) of one real request."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def raw(port: int, data: bytes) -> bytes:
+    """What the server answers to data sent as is (up to its close)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def threads(pid: int) -> int:
+    return int(proc_status(pid)["Threads"])
+
+
+@pytest.mark.xdist_group("cpu-heavy")     # the flood takes a core: not beside other heavy tests
+def test_endpoint_answers_within_a_second_under_a_connection_flood(reaper):
+    port = free_port()
+    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"])
+    wait_healthy(port)
+    before = threads(r.pid)
+    with Flooding(port, IDLE, SLOW) as flood:
+        # Under way: the server has cut connections and they came back.
+        wait_for(lambda: flood.stats()["cuts"] >= 2 * SLOW, 30, 0.05, what="the server to cut connections")
+        for _ in range(5):
+            for path in ("/healthz", "/metrics"):
+                t = time.monotonic()
+                status, _, body = get(port, path, timeout=1.0)
+                took = time.monotonic() - t
+                assert status == 200 and took < 1.0, (path, status, took)
+            assert threads(r.pid) == before        # no thread per connection
+        held = flood.stats()
+    assert held["established"] >= IDLE + SLOW - 50, held     # the flood was really held open
+    assert "reaper_build_info" in body
+    assert r.proc.poll() is None
+    r.kill()
+    assert "Traceback" not in r.stderr
+    assert not [ln for ln in r.stderr.splitlines() if "metrics" in ln], r.stderr   # nothing per request
+
+
+@pytest.mark.xdist_group("cpu-heavy")
+def test_a_flood_never_takes_the_descriptors_a_scrape_needs(reaper):
+    """RLIMIT_NOFILE 64 and a flood of 300 connections: the server holds at most half
+    the descriptors, so the scrape can still read /proc while it is flooded."""
+    import resource
+
+    def few_fds():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    port = free_port()
+    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"],
+               preexec_fn=few_fds)
+    wait_healthy(port)
+    with Flooding(port, 200, 100) as flood:
+        wait_for(lambda: flood.stats()["cuts"] >= 200, 30, 0.05, what="the server to cut connections")
+        for _ in range(3):
+            t = time.monotonic()
+            status, _, text = get(port, timeout=1.0)
+            assert status == 200 and time.monotonic() - t < 1.0
+            s = Scrape(text)
+            assert s.value("reaper_source_available", source="proc") == 1
+            assert s.value("reaper_zombies") == 0
+            assert s.value("process_open_fds") <= 64 // 2 + 16
+    assert r.proc.poll() is None
+
+
+def test_methods_paths_and_encodings(reaper):
+    port = free_port()
+    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"])
+    wait_healthy(port)
+    status, got, body = request(port, "GET", "/metrics")
+    h_status, head, h_body = request(port, "HEAD", "/metrics")
+    assert (status, h_status, h_body) == (200, 200, b"")
+    assert head["content-type"] == got["content-type"]
+    # Two scrapes, two sets of values (CPU seconds, ratios): the lengths agree closely.
+    assert abs(int(head["content-length"]) - len(body)) < 0.05 * len(body), (head, len(body))
+    assert int(got["content-length"]) == len(body)
+    h_status, head, h_body = request(port, "HEAD", "/healthz")
+    assert (h_status, head["content-length"], h_body) == (200, "3", b"")
+    status, got, body = request(port, "POST", "/metrics", body=b"x=1")
+    assert status == 405 and got["allow"] == "GET, HEAD"
+    assert request(port, "GET", "/nope")[0] == 404
+    status, _, body = request(port, "GET", "/")
+    assert status == 200 and b"/metrics" in body
+    assert raw(port, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw(port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431 ")
+    status, got, body = request(port, "GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+    assert status == 200 and got["content-encoding"] == "gzip"
+    assert "reaper_build_info" in Scrape(gzip.decompress(body).decode()).families
+    assert r.proc.poll() is None
+
+
+def test_head_matches_get_exactly_on_a_fixed_registry():
+    """The same routes and server in this process, over real HTTP, on metrics that do
+    not change between two scrapes: HEAD's headers are GET's, byte for byte."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from reaper import httpserver, metrics
+
+    registry = CollectorRegistry()
+    Gauge("fixed_value", "A value that does not move", registry=registry).set(42)
+    port = free_port()
+    sock = socket.create_server(("127.0.0.1", port))
+    server = httpserver.Server(sock, metrics._routes(registry, _Log()), _Log())
+    server.start()
+    try:
+        for accept in ("", "application/openmetrics-text; version=1.0.0"):
+            status, got, body = request(port, "GET", "/metrics", headers={"Accept": accept})
+            h_status, head, h_body = request(port, "HEAD", "/metrics", headers={"Accept": accept})
+            assert (status, h_status, h_body) == (200, 200, b"")
+            assert head == got and int(head["content-length"]) == len(body) > 0
+    finally:
+        server.stop()
+        server.thread.join(5)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_scrape_succeeds_without_proc():
+    """An empty tmpfs over /proc before reaper starts: the scrape still answers, and
+    says which sources it could not read instead of reporting zeros."""
+    port = free_port()
+    inner = f"mount -t tmpfs none /proc && exec {REAPER} --metrics-port {port} --metrics-address 127.0.0.1 " \
+            "-- sleep 600"
+    proc = subprocess.Popen([*UNSHARE, "sh", "-c", inner], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(port)
+        status, _, text = get(port)
+        assert status == 200
+        s = Scrape(text)
+        for source in ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "self_memory"):
+            assert s.value("reaper_source_available", source=source) == 0, source
+        for left_out in ("reaper_zombies", "reaper_processes", "reaper_resident_memory_bytes",
+                         "reaper_node_cpu_busy_ratio", "reaper_cgroup_pids"):
+            assert not s.samples(left_out), left_out
+        assert s.value("reaper_cgroup_pids_available") == 0
+        assert s.value("reaper_node_memory_cgroups_available") == 0
+        assert s.value("reaper_main_child_up") == 1            # what needs no /proc is there
+        assert s.value("reaper_policy_errors_total") == 0
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err.decode(), err
+
+
+def test_sources_are_available_with_proc(reaper):
+    port = free_port()
+    reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"])
+    wait_healthy(port)
+    s = Scrape(get(port)[2])
+    for source in ("proc", "proc_stat", "proc_cgroups", "self_memory"):
+        assert s.value("reaper_source_available", source=source) == 1, source
+    assert s.value("reaper_zombies") == 0
+    assert s.value("reaper_log_lines_dropped_total") == 0
+
+
+def test_exporter_start_failure_leaves_metrics_off_and_the_child_supervised(tmp_path):
+    """No room for a thread (pids.max: unshare, reaper, the child and nothing more):
+    the exporter cannot start, reaper says so once and goes on to the child's status."""
+    cg = in_pids_cgroup(3)
+    if cg is None:
+        pytest.skip("needs root and a cgroup-v1 pids hierarchy")
+    port, go = free_port(), tmp_path / "go"
+    child = ("import os, sys, time\n"           # no fork, no thread: the child takes one pid
+             "while not os.path.exists(sys.argv[1]):\n"
+             "    time.sleep(0.01)\n"
+             "sys.exit(5)\n")
+    proc = subprocess.Popen([*UNSHARE, REAPER, "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                             "--", PYTHON, "-c", child, str(go)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=cg[1])
+    try:
+        err = _read_until(proc.stderr, re.compile(rb"metrics.*\boff\b"), 30)
+        with pytest.raises(ConnectionRefusedError):       # the socket is closed, not left hanging
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+        go.touch()
+        assert proc.wait(30) == 5, err
+        err += proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+        remove_cgroup(cg[0])
+    text = err.decode(errors="replace")
+    assert "Traceback" not in text, text
+    assert len(re.findall(r"metrics.*\boff\b", text)) == 1, text
+
+
+def _read_until(pipe, pattern, timeout: float) -> bytes:
+    """What pipe gave until a line matched pattern; fails at EOF or timeout."""
+    fd, out = pipe.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while not any(pattern.search(line) for line in out.splitlines()):
+        left = deadline - time.monotonic()
+        assert left > 0 and select.select([fd], [], [], left)[0], f"no {pattern.pattern!r} in time: {out!r}"
+        chunk = os.read(fd, 65536)
+        assert chunk, f"stderr ended without {pattern.pattern!r}: {out.decode(errors='replace')}"
+        out += chunk
+    return out
+
+
+# --- in this process: the exporter's own failure handling ---------------------------------
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines = []
+        self.dropped = 3
+
+    def _add(self, level, msg):
+        self.lines.append((level, msg))
+
+    def error(self, msg):
+        self._add("error", msg)
+
+    def warn(self, msg):
+        self._add("warn", msg)
+
+    def info(self, msg):
+        self._add("info", msg)
+
+    def debug(self, msg):
+        self._add("debug", msg)
+
+
+def _exporter(port: int, log):
+    from types import SimpleNamespace
+
+    from reaper import metrics
+    from reaper.stats import Stats
+
+    cfg = SimpleNamespace(metrics_address="127.0.0.1", metrics_port=port, metrics_file=None,
+                          metrics_interval=10.0, budgets_enabled=False)
+    return metrics.prepare(cfg, Stats(), log)
+
+
+def test_abort_after_a_failed_start_releases_everything(monkeypatch):
+    """The HTTP thread cannot start after the sampler did: start() raises with the
+    sampler stopped and the port closed; abort() never raises, even twice."""
+    port, log = free_port(), _Log()
+    x = _exporter(port, log)
+    real_start = threading.Thread.start
+
+    def no_http_thread(t):
+        if t.name == "reaper-metrics-http":
+            raise RuntimeError("can't start new thread")
+        real_start(t)
+    monkeypatch.setattr(threading.Thread, "start", no_http_thread)
+    scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
+    with pytest.raises(RuntimeError):
+        x.start(scope)
+    x._sampler.join(5)
+    assert not x._sampler.is_alive()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+    x.abort()
+    x.abort()
+    assert not [ln for ln in log.lines if ln[0] in ("error", "warn")], log.lines
+
+
+def test_a_failing_sampler_piece_is_logged_once_and_switched_off(tmp_path, monkeypatch):
+    """Per-core CPU whose /proc/stat vanishes after the start: one line, the piece
+    off, its metrics left out and its source unavailable; the rest goes on."""
+    from reaper import nodestats
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 0 1 10 0 0 0 0\ncpu0 1 0 1 10 0 0 0 0\n")
+    real = nodestats.CpuSampler
+    monkeypatch.setattr(nodestats, "CpuSampler", lambda: real(str(tmp_path)))
+    port, log = free_port(), _Log()
+    x = _exporter(port, log)
+    scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
+    x.start(scope)
+    try:
+        assert x.cpu is not None
+        stat.unlink()                                      # the sampler's next read fails
+        wait_for(lambda: x.cpu is None, 10, 0.02, what="the sampler to switch per-core CPU off")
+        s = Scrape(get(port)[2])
+        assert s.value("reaper_source_available", source="proc_stat") == 0
+        assert s.value("reaper_source_available", source="proc") == 1
+        assert not s.samples("reaper_node_cpu_busy_ratio")
+        assert s.value("reaper_log_lines_dropped_total") == 3
+        warned = [msg for level, msg in log.lines if level in ("warn", "error")]
+        assert len(warned) == 1 and "per-core CPU" in warned[0] and "switched off" in warned[0], warned
+        assert x._sampler.is_alive()                       # the other pieces go on
+    finally:
+        x.abort()
