@@ -207,7 +207,11 @@ static int forward_signal(const struct reaper_waitspec *spec, const struct signa
     int target = entry & ~REAPER_FWD_USER_ONLY;
     if (target == 0)
         return 0;
-    if ((entry & REAPER_FWD_USER_ONLY) && si->ssi_code != SI_USER && si->ssi_code != SI_QUEUE)
+    /* kill, sigqueue and tgkill/tkill are sent by a process; a fault the kernel
+     * raised has a positive si_code, which no other process can fake (the kernel
+     * refuses si_code >= 0 from rt_sigqueueinfo to another process). */
+    if ((entry & REAPER_FWD_USER_ONLY) && si->ssi_code != SI_USER && si->ssi_code != SI_QUEUE &&
+        si->ssi_code != SI_TKILL)
         return 0;
     if (spec->forward_group && kill(-spec->forward_pid, target) == 0)
         return target;

@@ -36,7 +36,7 @@ struct reaper_totals {
 };
 
 /* In reaper_waitspec.forward[]: forward only a signal another process sent
- * (si_code SI_USER or SI_QUEUE), never one the kernel raised. */
+ * (si_code SI_USER, SI_QUEUE or SI_TKILL), never one the kernel raised. */
 #define REAPER_FWD_USER_ONLY 0x10000
 
 /* What reaper_wait reports as events, where it counts the rest, and where it
