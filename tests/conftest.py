@@ -123,10 +123,60 @@ def pytest_configure(config):
                                 "xdist_group (pytest-xdist#1386): pip install -e '.[test]' (pytest<9.2)")
 
 
-def free_port() -> int:
+PORT_BASE = 21000      # above Ray's default worker ports (10002-19999), below the ephemeral range
+_next_port = None
+
+
+def reserve_ports(count: int = 1) -> list:
+    """count consecutive free ports from this xdist worker's own block, each handed out
+    once per session: workers cannot collide, and a port a test has freed is never
+    handed to the next (binding port 0 could give it out again). Below the ephemeral
+    range, so no outgoing connection takes one before its server binds it."""
+    global _next_port
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+    block = min(1000, (ephemeral_low - PORT_BASE) // max(workers, 1))
+    low, high = PORT_BASE + worker * block, PORT_BASE + (worker + 1) * block
+    if _next_port is None:
+        _next_port = low
+    while _next_port + count <= high:
+        base, _next_port = _next_port, _next_port + count
+        if all(_bindable(p) for p in range(base, base + count)):
+            return list(range(base, base + count))
+    raise RuntimeError(f"worker {worker}'s ports {low}-{high - 1} are used up")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def require(what: str, present: bool, how: str) -> None:
+    """A dependency of one test. Missing, the test is skipped, except under CI=true:
+    .ci/run installs every one of them, so there a missing one is a broken CI and
+    ends the run with one line naming it. Call it from a test or fixture, never at
+    import: a run that deselects the test by marker must not need it."""
+    if present:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.exit(f"{what} is missing, though .ci/run installs it ({how})", returncode=3)
+    pytest.skip(f"{what} is not installed ({how})")
+
+
+def importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def free_port() -> int:
+    return reserve_ports(1)[0]
 
 
 class Reaper:
@@ -168,9 +218,22 @@ class Reaper:
         return self._pid
 
     def wait_ready(self, timeout=10.0) -> int:
-        """Waits until reaper has blocked its signals (the C core's first act)."""
-        wait_for(lambda: int(proc_status(self.pid)["SigBlk"], 16) != 0, timeout, 0.001,
-                 what="reaper to block its signals")
+        """Waits until reaper has blocked its signals (the C core's first act). Its
+        signalfd says so: it is made right after the mask is set. (A blocked signal
+        would not: the invoker may have left one blocked.)"""
+        def has_signalfd():
+            try:
+                fds = os.listdir(f"/proc/{self.pid}/fd")
+            except OSError:
+                return False
+            for fd in fds:
+                try:
+                    if "signalfd" in os.readlink(f"/proc/{self.pid}/fd/{fd}"):
+                        return True
+                except OSError:
+                    pass
+            return False
+        wait_for(has_signalfd, timeout, 0.001, what="reaper to block its signals")
         return self.pid
 
     def main_child(self, timeout=10.0) -> int:

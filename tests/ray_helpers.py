@@ -182,37 +182,12 @@ def find_marked(root: int, name: str):
 
 # --- starting a head under reaper (test side) ---------------------------------------
 
-def _reserved_ports(count: int) -> list:
-    """count consecutive free ports below the kernel's ephemeral range. While Ray starts
-    it opens hundreds of connections, each from an ephemeral port; a port picked in
-    that range could be taken by one of them before the server meant for it binds."""
-    import random
-    import socket
-
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
-    low = 20000                      # above Ray's default worker ports (10002-19999)
-    for _ in range(200):
-        base = random.randrange(low, max(low + 1, ephemeral_low - count))
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return list(range(base, base + count))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports below {ephemeral_low}")
-
-
 def head_command(ray: str, temp_dir: str, num_cpus: int) -> tuple:
     """(`ray start --head --block ...` on loopback with every port named, its GCS port)."""
+    from conftest import reserve_ports     # test side: the harness is importable here
+
     workers = 100                    # one port per live worker; Ray leaves some unused
-    gcs, *named, worker_low = _reserved_ports(7 + workers)[:8]
+    gcs, *named, worker_low = reserve_ports(7 + workers)[:8]
     worker_high = worker_low + workers - 1
     names = ("node-manager-port", "object-manager-port", "metrics-export-port",
              "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port")

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REAPER
+from conftest import REAPER, require
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_core.py"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("gcc"),
-                                reason="the benchmark needs root (PID namespaces) and gcc")
+
+
+@pytest.fixture(autouse=True)
+def _needs_root_and_gcc():
+    if os.geteuid() != 0:
+        pytest.skip("the benchmark needs root (PID namespaces)")
+    require("gcc", shutil.which("gcc") is not None, "apt-get install gcc")
 
 
 def test_quick_run_prints_every_row(tmp_path):

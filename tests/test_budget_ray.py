@@ -18,12 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, descendants, wait_for
+from conftest import PYTHON, descendants, importable, require, wait_for
 import budget_helpers as bh
 import ray_helpers as rh
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install ray)")
+
+
+@pytest.fixture(autouse=True)
+def _needs_ray():
+    require("ray", importable("ray"), "pip install -e '.[test]'")
 RAY = str(Path(PYTHON).with_name("ray"))
 
 DRIVER = textwrap.dedent("""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, wait_for, wait_for_file
+from conftest import free_port, require, wait_for, wait_for_file
 from container_helpers import Container, image_rootfs, missing_tools, run
 from metrics_helpers import sample_map as _scrape
 
@@ -26,8 +26,7 @@ PY = "/usr/bin/python3"
 @pytest.fixture(scope="session")
 def rootfs():
     missing = missing_tools()
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (run .ci/setup-container-runtime.sh as root)")
+    require(", ".join(missing), not missing, "run .ci/setup-container-runtime.sh as root")
     return image_rootfs(log=lambda msg: None)
 
 

@@ -14,7 +14,9 @@ def test_exit_code_is_the_childs(code):
 
 @pytest.mark.parametrize("sig", [9, 15, 11, 2])
 def test_killed_by_signal_n_gives_128_plus_n(sig):
-    r = run_reaper(["sh", "-c", f"kill -{sig} $$"])
+    # At its default for the child whatever the suite inherited (nohup, a CI runner's
+    # ignored SIGINT): reaper passes the invoker's dispositions on.
+    r = run_reaper(["sh", "-c", f"kill -{sig} $$"], preexec_fn=lambda: sig != 9 and signal.signal(sig, signal.SIG_DFL))
     assert r.proc.returncode == 128 + sig
 
 
@@ -45,7 +47,18 @@ def test_not_executable_is_126(tmp_path):
 def test_directory_is_126(tmp_path):
     r = run_reaper(["--", str(tmp_path)])
     assert r.proc.returncode == 126
-    _one_error_line(r)
+    assert "Is a directory" in _one_error_line(r)      # execvp says EACCES
+
+
+def test_a_file_in_no_executable_format_is_run_by_the_shell(tmp_path):
+    # execvp hands ENOEXEC to /bin/sh, so 126 "bad format" cannot happen: the status
+    # is the shell's (127 here: it finds no command in the file).
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x7fELF-not-really\n")
+    junk.chmod(0o755)
+    r = run_reaper(["--", str(junk)])
+    assert r.proc.returncode == 127
+    assert "cannot run" not in r.stderr
 
 
 BAD_USAGE = [

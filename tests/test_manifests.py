@@ -18,9 +18,22 @@ from pathlib import Path
 
 import pytest
 
-yaml = pytest.importorskip("yaml")
+
+pytestmark = pytest.mark.yaml
+
+
+@pytest.fixture(autouse=True)
+def _needs_yaml():
+    require("pyyaml", importable("yaml"), "pip install -e '.[test]'")
 
 from reaper import options  # noqa: E402
+from conftest import importable, require  # noqa: E402
+
+def _yaml():
+    import yaml
+
+    return yaml
+
 
 REPO = Path(__file__).resolve().parent.parent
 K8S = REPO / "docker" / "k8s"
@@ -30,7 +43,7 @@ KUBERAY_EXEC = 'exec bash -c "$KUBERAY_GEN_RAY_START_CMD"'
 
 
 def _docs(name: str) -> list:
-    return [d for d in yaml.safe_load_all((K8S / name).read_text()) if d]
+    return [d for d in _yaml().safe_load_all((K8S / name).read_text()) if d]
 
 
 def _templates(cluster: dict) -> dict:
@@ -200,7 +213,7 @@ def test_prometheusrule_and_dashboard_match_docs():
         (shipped,) = _docs(name)
         assert shipped == make(), f"docker/k8s/{name} is stale: run python docker/k8s/generate.py"
     (rule,) = _docs("prometheusrule.yaml")
-    assert rule["spec"]["groups"] == yaml.safe_load((REPO / "docs/alerts.yml").read_text())["groups"]
+    assert rule["spec"]["groups"] == _yaml().safe_load((REPO / "docs/alerts.yml").read_text())["groups"]
     (cm,) = _docs("grafana-dashboard-configmap.yaml")
     assert json.loads(cm["data"]["reaper.json"]) == json.loads((REPO / "docs/grafana-dashboard.json").read_text())
 

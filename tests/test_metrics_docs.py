@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, wait_for_file
+from conftest import free_port, require, wait_for_file
 from metrics_helpers import Scrape, in_pids_cgroup, remove_cgroup, wait_healthy, wait_scrape
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -67,11 +67,11 @@ tests:
 
 def _promtool():
     tool = shutil.which("promtool")
-    if tool is None:
-        pytest.skip("needs promtool (Debian package prometheus)")
+    require("promtool", tool is not None, "Debian package prometheus")
     return tool
 
 
+@pytest.mark.prometheus
 def test_alert_rules_pass_promtool(tmp_path):
     tool = _promtool()
     check = subprocess.run([tool, "check", "rules", str(DOCS / "alerts.yml")], capture_output=True, text=True)

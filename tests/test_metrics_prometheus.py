@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port, wait_for, wait_for_file
+from conftest import free_port, require, wait_for, wait_for_file
 from metrics_helpers import wait_healthy
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -29,10 +29,10 @@ def _ready(port: int) -> bool:
         return False
 
 
+@pytest.mark.prometheus
 @pytest.mark.slow
 def test_prometheus_scrapes_reaper(reaper, tmp_path):
-    if not shutil.which(PROMETHEUS):
-        pytest.skip("needs Debian's prometheus package (apt-get install prometheus)")
+    require("prometheus", shutil.which(PROMETHEUS) is not None, "apt-get install prometheus")
     port, prom_port = free_port(), free_port()
     code = ("import os, sys, time\n"
             "for _ in range(3):\n"

@@ -25,7 +25,7 @@ import time
 import pytest
 
 import ray_helpers as rh
-from conftest import free_port, wait_for, wait_for_file
+from conftest import free_port, require, wait_for, wait_for_file
 from metrics_helpers import sample_map as _scrape
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
@@ -47,8 +47,7 @@ def short_tmp():
 
 def _ray_bin() -> str:
     ray = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
-    if not os.path.exists(ray):
-        pytest.skip("ray is not installed (pip install 'ray==2.60.0')")
+    require("ray", os.path.exists(ray), "pip install -e '.[test]'")
     return ray
 
 
