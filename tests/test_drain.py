@@ -1,6 +1,10 @@
 """Point 6: at the end, SIGTERM to what is left, a grace period, SIGKILL, reap, exit."""
+import os
+import random
 import signal
 import subprocess
+
+import pytest
 
 from conftest import py, run_reaper, summary, wait_for
 
@@ -131,11 +135,30 @@ signal.pause()
     assert summary(r.stderr)["drain"]["killed"] >= 1
 
 
-def test_nothing_survives_reaper_as_pid1(tmp_path):
+def _tagged(tag: str) -> list:
+    """Host pids of live processes whose argv holds tag."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                # A zombie's cmdline is empty: only live processes match.
+                if tag.encode() in open(f"/proc/{name}/cmdline", "rb").read().split(b"\0"):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("pid1", [True, False], ids=["pid1", "subreaper"])
+def test_nothing_survives_reaper(pid1):
     # Many processes, some ignoring SIGTERM, some daemonised: all gone when reaper exits.
-    child = ["sh", "-c", "for i in 1 2 3 4 5; do (trap '' TERM; sleep 60) & setsid sleep 60 & done; exit 0"]
-    r = run_reaper(["--grace", "1", "--", *child], timeout=20)
+    # Looked for on the host by a tag in their argv (a sleep time no other test uses);
+    # as a subreaper no kernel cleans up after reaper, so this is reaper's drain alone.
+    tag = f"{600 + random.randrange(10**6) / 10**6:.6f}"
+    child = ["sh", "-c", f"for i in 1 2 3 4 5; do (trap '' TERM; sleep {tag}) & setsid sleep {tag} & done; exit 0"]
+    r = run_reaper(["--grace", "1", "--", *child], pid1=pid1, timeout=20)
     assert r.proc.returncode == 0
+    assert _tagged(tag) == []
     s = summary(r.stderr)
     assert s["drain"]["survived"] == 0
     assert s["drain"]["terminated"] + s["drain"]["killed"] >= 10
