@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, wait_for_file, host_pid_of_watch
+from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_of_watch, proc_status, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 
 ZOMBIES = 4
@@ -31,21 +31,27 @@ import os, signal, subprocess, sys
 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 d, port, python, reaper, parent_script, extra = sys.argv[1:7]
 parent = subprocess.Popen([python, parent_script, d, sys.argv[7]])
+busy = subprocess.Popen([python, "-c", "while True: pass"]) if sys.argv[8:] == ["busy"] else None
+if busy:
+    open(d + "/busy", "w").write(str(busy.pid))
 watch = subprocess.Popen([reaper, "watch", "--metrics-port", port, "--metrics-address", "127.0.0.1",
                           *extra.split()], stderr=open(d + "/watch.err", "w"))
 open(d + "/pids", "w").write(f"{parent.pid} {watch.pid}")
 rc = watch.wait()
 open(d + "/watch-rc", "w").write(str(rc))
-parent.kill()
-parent.wait()
+for p in (parent, busy):
+    if p:
+        p.kill()
+        p.wait()
 '''
 
 
-def _start(tmp_path, port, extra=""):
+def _start(tmp_path, port, extra="", busy=False):
     init = write_script(tmp_path, "init.py", INIT)
     parent = write_script(tmp_path, "parent.py", PARENT)
     return subprocess.Popen([*UNSHARE, *init, str(tmp_path), str(port), PYTHON, REAPER, parent[1], extra,
-                             str(ZOMBIES)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             str(ZOMBIES), *(["busy"] if busy else [])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _stat(pid: int) -> list:
@@ -98,16 +104,23 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
 
 
 def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
-    """With a CPU budget, the sidecar runs the budget enforcer over the namespace and says so."""
+    """With a CPU budget, the sidecar budgets the namespace's strays: a busy one is
+    found over budget and reniced, over a real scrape and on the process itself."""
     port = free_port()
-    ns = _start(tmp_path, port, "--cpu-budget 0.5 --budget-action observe --budget-interval 0.2")
+    ns = _start(tmp_path, port, "--cpu-budget 0.2 --budget-action nice --budget-interval 0.2 "
+                                "--budget-window 1 --budget-grace 0", busy=True)
     namespace(ns)
     wait_for_file(tmp_path / "parent-ready", 20)
     wait_healthy(port)
-    s = wait_scrape(port, lambda s: (s.value("reaper_budget_samples_total") or 0) >= 3,
-                    "the enforcer to sample the namespace")
-    assert s.value("reaper_budget_info", mechanism="none") is not None or s.samples("reaper_budget_info")
-    assert s.value("reaper_processes", **{"class": "stray"}) is not None
+    s = wait_scrape(port, lambda s: (s.value("reaper_budget_actions_total", action="nice") or 0) >= 1,
+                    "the busy stray to be reniced", timeout=30)
+    assert s.value("reaper_budget_violations_total", action="nice") >= 1
+    assert s.value("reaper_budget_info", mechanism="none") == 1       # nice needs no throttle mechanism
+    assert s.value("reaper_processes", **{"class": "stray"}) >= 1
+    busy_ns_pid = wait_for_file(tmp_path / "busy")
+    host_busy = [c for init in children_of(ns.pid) for c in children_of(init)
+                 if proc_status(c)["NSpid"].split()[-1] == busy_ns_pid]
+    assert len(host_busy) == 1 and os.getpriority(os.PRIO_PROCESS, host_busy[0]) == 19
     os.kill(host_pid_of_watch(ns), signal.SIGINT)
     assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
 
