@@ -179,6 +179,21 @@ def free_port() -> int:
     return reserve_ports(1)[0]
 
 
+_user_checked: dict = {}
+
+
+def check_user_can_run(uid: int) -> None:
+    """Fails, with the reason, a test that runs reaper as uid when that user cannot
+    run this interpreter (a pyenv under /root is mode 700: .ci/run opens it)."""
+    if uid not in _user_checked:
+        p = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", REAPER, "--version"],
+                           capture_output=True, text=True, timeout=30, cwd="/")
+        _user_checked[uid] = "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["?"])[-1]
+    if _user_checked[uid]:
+        pytest.fail(f"uid {uid} cannot run {PYTHON} with reaper ({_user_checked[uid]}): make the "
+                    "directories on its path traversable (.ci/run does chmod o+x /root)", pytrace=False)
+
+
 class Reaper:
     """A running reaper. In a namespace (pid1=True) it is PID 1 there; .pid is its
     pid as seen from the test."""
@@ -187,6 +202,7 @@ class Reaper:
                  cwd=None, preexec_fn=None, pass_fds=(), exe=None, stderr=subprocess.PIPE):
         cmd = [*(exe or [REAPER]), *args]
         if user is not None:
+            check_user_can_run(user)
             cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
         if pid1:
             cmd = [*UNSHARE, *cmd]
@@ -329,7 +345,9 @@ def zombies_of(pid: int) -> list:
 
 
 def summary(stderr: str) -> dict:
-    """reaper's exit summary (the JSON on its 'summary' log line)."""
+    """reaper's exit summary (the JSON on its 'summary' log line). At the default
+    verbosity reaper prints it only when there is news (an orphan reaped, a drain, a
+    budget action, a policy error): a test of a run without news passes -v."""
     import json
 
     for line in stderr.splitlines():

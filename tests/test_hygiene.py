@@ -11,11 +11,27 @@ from conftest import Reaper, shared_tmpdir, proc_status, py, run_reaper, summary
 LOG_LINE = re.compile(r"^reaper\[\d+\]: (ERROR|WARN|INFO|DEBUG) \S")
 
 
+# poll() and ppoll() by architecture: /proc/PID/syscall names the call a process
+# sleeps in by number (wchan's function names differ between kernels).
+POLL_SYSCALLS = {"x86_64": {7, 271}, "aarch64": {73}, "ppc64le": {167, 281}, "s390x": {168, 302}}
+
+
+def in_poll(pid: int) -> bool:
+    try:
+        nr = open(f"/proc/{pid}/syscall").read().split()[0]
+    except (OSError, IndexError):
+        return False
+    calls = POLL_SYSCALLS.get(os.uname().machine)
+    if calls is None:                                   # an architecture not listed: the kernel's word
+        return "poll" in open(f"/proc/{pid}/wchan").read()
+    return nr.isdigit() and int(nr) in calls
+
+
 def _idle_child(r):
     child = r.main_child()
     wait_for(lambda: proc_status(child)["Name"] == "sleep", what="child exec")
     # reaper has finished its post-spawn work once it sits in poll().
-    wait_for(lambda: "poll" in open(f"/proc/{r.pid}/wchan").read(), what="reaper idle in poll")
+    wait_for(lambda: in_poll(r.pid), what="reaper idle in poll")
     return child
 
 
