@@ -1,14 +1,13 @@
 """Node signals: per-core CPU follows a busy loop pinned to one core; cgroup counts and pids."""
 import os
 import subprocess
-import time
 
 import pytest
 
 from conftest import PYTHON, free_port, wait_for_file
 from metrics_helpers import in_pids_cgroup, remove_cgroup, scrape, wait_healthy, wait_scrape
 
-LOAD_SECONDS = 4.0
+LOAD_SECONDS = 120.0     # an upper bound: the loop is killed once the signals are seen
 USER_LOOP = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass\n"
 # Copying from /dev/zero is kernel work: system time, as in the incident (one core at 100 % system).
 # readv into one preallocated buffer: the copy is all the work (no allocation in user space).
@@ -34,6 +33,8 @@ def _load(cpu: int, code: str, seconds: float) -> subprocess.Popen:
 @pytest.mark.xdist_group("cpu-heavy")     # one core must be visibly busy
 @pytest.mark.parametrize("mode,code", [("user", USER_LOOP), ("system", SYSTEM_LOOP)])
 def test_core_signals_follow_a_pinned_busy_loop(reaper, tmp_path, mode, code):
+    # Events, not durations: the loaded core shows up busy, in the loop's mode, and
+    # its saturated seconds grow. (How many seconds per second: the recorded test below.)
     r, port = _metrics_reaper(reaper, tmp_path)
     cpu = max(os.sched_getaffinity(0))
     label = str(cpu)
@@ -41,30 +42,42 @@ def test_core_signals_follow_a_pinned_busy_loop(reaper, tmp_path, mode, code):
                     "a first CPU sample")
     ncpu = len(s.samples("reaper_node_cpu_busy_ratio"))
     assert ncpu == len([ln for ln in open("/proc/stat") if ln[:3] == "cpu" and ln[3].isdigit()])
-    before, t0 = s.value("reaper_node_cpu_saturated_seconds_total", cpu=label), time.monotonic()
+    before = s.value("reaper_node_cpu_saturated_seconds_total", cpu=label)
     load = _load(cpu, code, LOAD_SECONDS)
-    seen_busy, seen_mode, seen_busiest = [], [], []
     try:
-        time.sleep(1.2)               # the first full sample interval under load
-        while load.poll() is None:
-            s = scrape(port)
-            seen_busy.append(s.value("reaper_node_cpu_busy_ratio", cpu=label))
-            seen_mode.append(s.value("reaper_node_cpu_mode_ratio", cpu=label, mode=mode))
-            seen_busiest.append(s.value("reaper_node_cpu_busiest_ratio", mode="busy"))
-            time.sleep(0.25)
+        def loaded(s):
+            busy = s.value("reaper_node_cpu_busy_ratio", cpu=label) or 0
+            # The loop's mode dominates the core (other tests may share it: relative to busy).
+            return busy >= 0.95 and s.value("reaper_node_cpu_mode_ratio", cpu=label, mode=mode) >= 0.5 * busy \
+                and s.value("reaper_node_cpu_busiest_ratio", mode="busy") >= 0.95
+        wait_scrape(port, loaded, f"cpu{cpu} busy in {mode} mode", timeout=30)
+        wait_scrape(port, lambda s: s.value("reaper_node_cpu_saturated_seconds_total", cpu=label) > before,
+                    f"cpu{cpu}'s saturated seconds to grow", timeout=30)
     finally:
+        load.kill()
         load.wait(30)
-    time.sleep(1.1)                   # the sample that closes the loaded interval
-    after = scrape(port).value("reaper_node_cpu_saturated_seconds_total", cpu=label)
-    elapsed = time.monotonic() - t0
-    assert max(seen_busy) >= 0.95, seen_busy
-    assert max(seen_busiest) >= 0.95, seen_busiest
-    # The loop's mode dominates the core (other tests may share the core: relative to busy).
-    assert max(m / b for m, b in zip(seen_mode, seen_busy) if b) >= 0.5, (mode, seen_mode, seen_busy)
-    # Seconds at >= 95 % busy grew by (most of) the loaded time, and by no more than the
-    # time that passed (the other worker's tests may keep the core busy around the load).
-    assert after - before >= LOAD_SECONDS - 2.0, (before, after)
-    assert after - before <= elapsed + 1.0, (before, after, elapsed)
+
+
+def _stat_file(d, jiffies: dict) -> str:
+    """A /proc/stat with the given per-CPU jiffies (user nice system idle iowait irq softirq steal)."""
+    d.mkdir(exist_ok=True)
+    lines = ["cpu  0 0 0 0 0 0 0 0 0 0"] + [f"cpu{n} " + " ".join(map(str, v)) + " 0 0" for n, v in jiffies.items()]
+    (d / "stat").write_text("\n".join(lines + ["intr 0", ""]))
+    return str(d)
+
+
+def test_cpu_sampler_ratios_and_saturated_seconds_from_recorded_samples(tmp_path):
+    from reaper import nodestats
+
+    d = tmp_path / "proc"
+    _stat_file(d, {0: (100, 0, 100, 800, 0, 0, 0, 0), 1: (100, 0, 100, 800, 0, 0, 0, 0)})
+    sampler = nodestats.CpuSampler(str(d))
+    # One interval of 100 jiffies each: cpu0 all system time, cpu1 a quarter user.
+    _stat_file(d, {0: (100, 0, 200, 800, 0, 0, 0, 0), 1: (125, 0, 100, 875, 0, 0, 0, 0)})
+    sampler.sample()
+    assert sampler.ratios[0]["busy"] == 1.0 and sampler.ratios[0]["system"] == 1.0
+    assert sampler.ratios[1]["busy"] == 0.25 and sampler.ratios[1]["user"] == 0.25
+    assert sampler.saturated == {0: 100 / nodestats.CLK_TCK, 1: 0.0}
 
 
 def test_cgroup_counts(reaper, tmp_path):
@@ -78,9 +91,26 @@ def test_cgroup_counts(reaper, tmp_path):
                 listed[name] = int(num)
     assert {x.labels["controller"] for x in s.samples("reaper_node_cgroups")} == set(listed)
     assert s.value("reaper_node_memory_cgroups_available") == (1 if "memory" in listed else 0)
-    if "memory" in listed:
-        # Others create cgroups on this machine too: close, not equal.
-        assert abs(s.value("reaper_node_cgroups", controller="memory") - listed["memory"]) <= 20
+    # The counts themselves move while other tests make cgroups: the parser is checked
+    # exactly on a recorded file below.
+
+
+RECORDED_PROC_CGROUPS = """#subsys_name	hierarchy	num_cgroups	enabled
+cpuset	5	12	1
+cpu	3	240	1
+memory	8	68680	1
+pids	9	231	1
+hugetlb	0	1	0
+"""
+
+
+def test_proc_cgroups_is_read_exactly(tmp_path):
+    from reaper import nodestats
+
+    (tmp_path / "cgroups").write_text(RECORDED_PROC_CGROUPS)
+    assert nodestats.proc_cgroups(str(tmp_path)) == {"cpuset": 12, "cpu": 240, "memory": 68680,
+                                                     "pids": 231, "hugetlb": 1}
+    assert nodestats.proc_cgroups(str(tmp_path / "missing")) is None
 
 
 def test_pids_in_use_against_pids_max(reaper, tmp_path):
