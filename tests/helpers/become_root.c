@@ -2,6 +2,7 @@
  * and saved ids), so that its unprivileged invoker may no longer signal it, writes its
  * pid to argv[1] and sleeps until SIGALRM ends it argv[2] seconds later. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,6 +16,10 @@ int main(int argc, char **argv)
         return 1;
     fprintf(f, "%d\n", (int)getpid());
     fclose(f);
+    /* It outlives reaper on purpose: it must not hold the test's pipes open. */
+    int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; fd++)
+        dup2(null, fd);
     alarm((unsigned)atoi(argv[2]));
     for (;;)
         pause();
