@@ -97,14 +97,18 @@ def proc_status(pid: int) -> dict:
     return out
 
 
-def shared_tmpdir(tmp_path: Path) -> Path:
-    """A directory another uid can write to (pytest's own tmp tree is private to root)."""
+@pytest.fixture
+def shared_dir(tmp_path) -> Path:
+    """A directory another uid can write to (pytest's own tmp tree is private to root),
+    with a short path (Ray's unix sockets under it have a 108-byte limit), removed
+    after the test whatever its outcome."""
     import tempfile
 
-    d = Path(tempfile.mkdtemp(prefix="reaper-test-", dir="/tmp"))
+    d = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
     d.chmod(0o777)
     (tmp_path / "shared-dir").write_text(str(d))   # for the record when a test fails
-    return d
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_configure(config):

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import signal
 import subprocess
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -64,8 +62,8 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def test_idle_worker_child_is_stray_running_task_and_actor_children_are_not(reaper):
-    tmp = tempfile.mkdtemp(prefix="rb", dir="/tmp")     # Ray's socket paths must stay short
+def test_idle_worker_child_is_stray_running_task_and_actor_children_are_not(reaper, shared_dir):
+    tmp = str(shared_dir)                               # Ray's socket paths must stay short
     summary = os.path.join(tmp, "summary.json")
     leak_tag, task_tag, actor_tag = bh.marker(), bh.marker(), bh.marker()
     args = ["--cpu-budget", "0.02", "--budget-action", "nice", "--budget-grace", "1",
@@ -119,7 +117,6 @@ def test_idle_worker_child_is_stray_running_task_and_actor_children_are_not(reap
             r.wait(60)
         finally:
             r.kill()
-            shutil.rmtree(tmp, ignore_errors=True)
     assert "ray-idle" in r.stderr, r.stderr[-3000:]
     # (Not checked on the log: at teardown the raylet may exit before its workers,
     # which are then orphans of reaper, like any process whose parent died.)

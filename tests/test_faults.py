@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, proc_status, py, run_reaper, shared_tmpdir,
+from conftest import (PYTHON, REAPER, UNSHARE, proc_status, py, run_reaper,
                       summary, wait_for, wait_for_file)
 
 FAULTY = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py")]
@@ -234,9 +234,9 @@ def test_the_child_keeps_a_blocking_stderr(reaper):
 # --- 6. EPERM does not stop the drain ---------------------------------------------
 
 @pytest.fixture
-def root_helper(tmp_path):
+def root_helper(shared_dir):
     """A setuid-root program that makes itself unsignallable by its unprivileged invoker."""
-    d = shared_tmpdir(tmp_path)
+    d = shared_dir
     exe = d / "become_root"
     subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-o", str(exe),
                     str(Path(__file__).with_name("helpers") / "become_root.c")], check=True)
@@ -286,7 +286,7 @@ def test_one_process_reaper_may_not_signal_does_not_stop_the_drain(root_helper):
     assert summary(r.stderr)["drain"]["not_permitted"] == 1
 
 
-def test_the_kill_phase_does_not_rescan_all_of_proc(root_helper, tmp_path):
+def test_the_kill_phase_does_not_rescan_all_of_proc(root_helper):
     d, exe = root_helper
     scans = d / "scans"
     # The unsignallable process holds the kill phase open for its whole wait (5 s).

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, free_port, host_pid_of_watch, shared_tmpdir, wait_for, wait_for_file
+from conftest import PYTHON, REAPER, UNSHARE, free_port, host_pid_of_watch, wait_for, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 import budget_helpers as bh
 
@@ -153,8 +153,8 @@ def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, t
 # --- reaper as a uid-1000 subreaper -----------------------------------------------------
 
 @pytest.mark.xdist_group("cpu-heavy")
-def test_subreaper_as_uid1000_leaves_a_setuid_root_stray_alone_and_throttles_its_own(reaper, tmp_path):
-    shared = shared_tmpdir(tmp_path)
+def test_subreaper_as_uid1000_leaves_a_setuid_root_stray_alone_and_throttles_its_own(reaper, tmp_path, shared_dir):
+    shared = shared_dir
     rootbusy = bh.setuid_root_busy(str(shared))
     summary = shared / "summary.json"
     root_tag, mine_tag = bh.marker(), bh.marker()

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from conftest import Reaper, shared_tmpdir, proc_status, py, run_reaper, summary, wait_for, zombies_of
+from conftest import Reaper, proc_status, py, run_reaper, summary, wait_for, zombies_of
 
 LOG_LINE = re.compile(r"^reaper\[\d+\]: (ERROR|WARN|INFO|DEBUG) \S")
 
@@ -119,8 +119,8 @@ def test_a_fault_in_the_statistics_switches_them_off_and_reaper_goes_on(reaper, 
 NONROOT = 1000
 
 
-def test_as_non_root_pid1_reaps_forwards_and_drains(reaper, tmp_path):
-    log = shared_tmpdir(tmp_path) / "log"
+def test_as_non_root_pid1_reaps_forwards_and_drains(reaper, shared_dir):
+    log = shared_dir / "log"
     child = py(f"""
 import os, signal, sys, time
 log = {str(log)!r}

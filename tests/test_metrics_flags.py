@@ -1,9 +1,6 @@
 """Bad metrics flags: one clear line, exit 2, and the child never starts."""
 import os
-import shutil
-import tempfile
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -59,24 +56,19 @@ def test_unwritable_metrics_file(tmp_path, where):
     _assert_refused(r, marker, "--metrics-file")
 
 
-def test_read_only_directory():
+def test_read_only_directory(shared_dir):
     """A directory the user cannot write in; the marker's directory is writable, so
     only the refusal keeps the child from running (the control run proves it would)."""
     user = "65534" if os.geteuid() == 0 else None     # root ignores mode bits: use nobody
-    top = tempfile.mkdtemp(prefix="reaper-ro-", dir="/tmp")   # pytest's tmp dirs are 0700
-    try:
-        os.chmod(top, 0o755)
-        ro, rw = Path(top, "ro"), Path(top, "rw")
-        ro.mkdir(mode=0o555)
-        rw.mkdir()
-        os.chmod(rw, 0o777)
-        marker = rw / "child-ran"
-        r = run_reaper(["--metrics-file", f"{ro}/m.prom", "--", "sh", "-c", f"touch {marker}"], user=user)
-        _assert_refused(r, marker, "--metrics-file", "Permission denied")
-        control = run_reaper(["--", "sh", "-c", f"touch {marker}"], user=user)
-        assert control.proc.returncode == 0 and marker.exists(), control.stderr
-    finally:
-        shutil.rmtree(top)
+    ro, rw = shared_dir / "ro", shared_dir / "rw"
+    ro.mkdir(mode=0o555)
+    rw.mkdir()
+    os.chmod(rw, 0o777)
+    marker = rw / "child-ran"
+    r = run_reaper(["--metrics-file", f"{ro}/m.prom", "--", "sh", "-c", f"touch {marker}"], user=user)
+    _assert_refused(r, marker, "--metrics-file", "Permission denied")
+    control = run_reaper(["--", "sh", "-c", f"touch {marker}"], user=user)
+    assert control.proc.returncode == 0 and marker.exists(), control.stderr
 
 
 def test_good_flags_still_run_the_child(tmp_path):

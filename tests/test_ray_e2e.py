@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -36,15 +35,6 @@ RAY_DRAIN = 5          # RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
 GRACE = 10             # reaper --grace
 
 
-@pytest.fixture
-def short_tmp():
-    # Ray's unix sockets live under --temp-dir: keep the path short (108-byte limit).
-    d = tempfile.mkdtemp(prefix="rr", dir="/tmp")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
-
-
 def _ray_bin() -> str:
     ray = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
     require("ray", os.path.exists(ray), "pip install -e '.[test]'")
@@ -56,7 +46,8 @@ def _total(samples: dict, name: str, **labels) -> float:
                if n == name and all((k, v2) in ls for k, v2 in labels.items()))
 
 
-def test_ray_head_under_reaper(reaper, short_tmp, tmp_path):
+def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
+    short_tmp = str(shared_dir)      # Ray's unix sockets live under --temp-dir: a short path
     ray = _ray_bin()
     out = tmp_path / "out"
     out.mkdir()
