@@ -236,8 +236,8 @@ def _action(text: str) -> str:
     return text
 
 
-def parse_cpu_list(text: str) -> frozenset:
-    """'0-3,7' -> {0,1,2,3,7}; every CPU must exist on this machine."""
+def parse_cpu_list(text: str, present_only: bool = True) -> frozenset:
+    """'0-3,7' -> {0,1,2,3,7}; every CPU must exist on this machine (present_only)."""
     cpus = set()
     for part in text.split(","):
         lo, sep, hi = part.strip().partition("-")
@@ -247,6 +247,8 @@ def parse_cpu_list(text: str) -> frozenset:
         if hi_i < lo_i:
             raise ValueError(f"bad CPU range {quoted(part)}")
         cpus.update(range(lo_i, hi_i + 1))
+    if not present_only:
+        return frozenset(cpus)
     present = os.sched_getaffinity(0) | set(range(os.cpu_count() or 1))
     unknown = sorted(cpus - present)
     if unknown:
@@ -355,6 +357,34 @@ def _env_flag(var: str, value: str) -> bool:
     raise UsageError(f"{var}={quoted(value)}: expected 1/0, true/false, yes/no or on/off")
 
 
+def split_list(text: str) -> list:
+    """A variable's comma-separated list. A comma inside brackets, braces or
+    parentheses, or after a backslash, belongs to the item (a regex such as
+    `a{1,3}` or `[,;]`), and a backslash before a comma is dropped (`a\\,b` is 'a,b')."""
+    items, cur, depth, i = [], [], 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            if text[i + 1] == ",":
+                cur.append(",")
+            else:
+                cur.append(text[i:i + 2])
+            i += 2
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}" and depth:
+            depth -= 1
+        if c == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    items.append("".join(cur))
+    return items
+
+
 def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
     if opt.kind in ("flag", "off"):
         on = True if raw is None else _env_flag(origin, raw)
@@ -375,7 +405,7 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
         raw = ""
     try:
         if opt.kind == "list":
-            items = [raw] if origin.startswith("-") else [p for p in raw.split(",") if p.strip()]
+            items = [raw] if origin.startswith("-") else [p for p in split_list(raw) if p.strip()]
             values = [opt.parse(p) for p in items]
             setattr(cfg, opt.dest, list(getattr(cfg, opt.dest)) + values)
         else:

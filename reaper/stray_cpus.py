@@ -15,15 +15,15 @@ from typing import Optional
 from reaper.options import parse_cpu_list
 
 
-def _nic_irqs() -> set:
+def _nic_irqs(sys_root: str = "/sys", proc: str = "/proc") -> set:
     irqs: set = set()
     names = []
     try:
-        ifaces = os.listdir("/sys/class/net")
+        ifaces = os.listdir(f"{sys_root}/class/net")
     except OSError:
         return irqs
     for iface in ifaces:
-        dev = f"/sys/class/net/{iface}/device"
+        dev = f"{sys_root}/class/net/{iface}/device"
         if not os.path.exists(dev):
             continue                     # lo, bridges, veth: no hardware queues
         names += [iface, iface + "-"]
@@ -44,7 +44,7 @@ def _nic_irqs() -> set:
         except OSError:
             pass
     try:
-        with open("/proc/interrupts") as f:
+        with open(f"{proc}/interrupts") as f:
             lines = f.read().splitlines()
     except OSError:
         return irqs
@@ -59,11 +59,11 @@ def _nic_irqs() -> set:
     return irqs
 
 
-def _serving_cpus(irqs: set) -> set:
+def _serving_cpus(irqs: set, proc: str = "/proc") -> set:
     cpus: set = set()
     counts = {}
     try:
-        with open("/proc/interrupts") as f:
+        with open(f"{proc}/interrupts") as f:
             lines = f.read().splitlines()
         ncpu = len(lines[0].split())
         for line in lines[1:]:
@@ -74,8 +74,8 @@ def _serving_cpus(irqs: set) -> set:
         pass
     for irq in irqs:
         try:
-            with open(f"/proc/irq/{irq}/effective_affinity_list") as f:
-                cpus |= set(parse_cpu_list(f.read().strip()))
+            with open(f"{proc}/irq/{irq}/effective_affinity_list") as f:
+                cpus |= set(parse_cpu_list(f.read().strip(), present_only=False))
             continue
         except (OSError, ValueError):
             pass
@@ -83,20 +83,21 @@ def _serving_cpus(irqs: set) -> set:
     return cpus
 
 
-def resolve(spec: Optional[str]) -> tuple:
-    """(cpus or None, message): None means leave affinity alone."""
+def resolve(spec: Optional[str], sys_root: str = "/sys", proc: str = "/proc", allowed=None) -> tuple:
+    """(cpus or None, message): None means leave affinity alone. The roots and the
+    allowed CPUs are parameters for the tests' recorded machines."""
     if spec is None:
         return None, ""
-    allowed = set(os.sched_getaffinity(0))
+    allowed = set(os.sched_getaffinity(0) if allowed is None else allowed)
     if spec != "auto":
         cpus = set(parse_cpu_list(spec)) & allowed
         if not cpus:
             return None, f"--stray-cpus {spec}: none of these CPUs is available to reaper; affinity left alone"
         return frozenset(cpus), f"strays confined to CPUs {_fmt(cpus)}"
-    irqs = _nic_irqs()
+    irqs = _nic_irqs(sys_root, proc)
     if not irqs:
         return None, "--stray-cpus auto: no network interrupt queues found; affinity left alone"
-    serving = _serving_cpus(irqs)
+    serving = _serving_cpus(irqs, proc)
     cpus = allowed - serving
     if not serving:
         return None, "--stray-cpus auto: no CPU serves network interrupts; affinity left alone"

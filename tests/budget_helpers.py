@@ -18,9 +18,10 @@ import sys
 import time
 import uuid
 
+from conftest import proc_stat as stat   # noqa: F401  (bh.stat: the suite's one /proc/PID/stat reader)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def marker() -> str:
@@ -77,14 +78,6 @@ def pids_tagged(tag: str) -> list:
         if tag.encode() in argv[-2:] and b"-c" in argv:
             out.append(int(d))
     return out
-
-
-def stat(pid: int) -> dict:
-    with open(f"/proc/{pid}/stat") as f:
-        data = f.read()
-    fields = data[data.rfind(")") + 2:].split()
-    return {"state": fields[0], "ppid": int(fields[1]), "cpu": (int(fields[11]) + int(fields[12])) / TICK,
-            "nice": int(fields[16]), "start": int(fields[19])}
 
 
 def _comm(pid: int) -> str:
@@ -209,36 +202,16 @@ def as_user(uid: int):
 
 
 def cpu_cgroup(pid: int) -> str:
+    """pid's cgroup for the cpu controller: the v1 cpu line, else the v2 one."""
+    v2 = ""
     with open(f"/proc/{pid}/cgroup") as f:
         for line in f:
             _, ctrls, path = line.rstrip("\n").split(":", 2)
             if "cpu" in ctrls.split(","):
                 return path
-    return ""
-
-
-def remove_cgroup(base: str) -> None:
-    """Moves what is left in base (and its leaves) to the parent, removes them."""
-    if not os.path.isdir(base):
-        return
-    parent = os.path.dirname(base)
-    leaves = [os.path.join(base, n) for n in os.listdir(base) if os.path.isdir(os.path.join(base, n))]
-    for d in leaves + [base]:
-        try:
-            for pid in open(os.path.join(d, "cgroup.procs")).read().split():
-                with open(os.path.join(parent, "cgroup.procs"), "w") as f:
-                    f.write(pid)
-        except OSError:
-            pass
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
-
-
-def summary(path) -> dict:
-    with open(path) as f:
-        return json.loads(f.read())
+            if ctrls == "":
+                v2 = path
+    return v2
 
 
 # --- a read-only cgroup filesystem (the normal case in a Kubernetes pod) ------

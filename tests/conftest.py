@@ -22,6 +22,7 @@ REAPER = str(Path(sys.executable).with_name("reaper")) if Path(sys.executable).w
     else shutil.which("reaper")
 PYTHON = sys.executable
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
@@ -86,6 +87,23 @@ def host_pid_of_watch(ns: subprocess.Popen) -> int:
                     pass
         return None
     return wait_for(find, 10, what="the watch process")
+
+
+def proc_stat(pid: int) -> dict:
+    """/proc/PID/stat's fields the tests use: state, ppid, cpu (user + system seconds),
+    nice, start (clock ticks after boot). Raises OSError (FileNotFoundError) once pid is gone."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return {"state": fields[0], "ppid": int(fields[1]), "cpu": (int(fields[11]) + int(fields[12])) / CLK_TCK,
+            "nice": int(fields[16]), "start": int(fields[19])}
+
+
+def alive(pid: int) -> bool:
+    """pid exists and is not a zombie."""
+    try:
+        return proc_stat(pid)["state"] != "Z"
+    except OSError:
+        return False
 
 
 def proc_status(pid: int) -> dict:
@@ -358,6 +376,39 @@ def summary(stderr: str) -> dict:
         if ": INFO summary " in line:
             return json.loads(line.split(": INFO summary ", 1)[1])
     raise AssertionError(f"no summary line in stderr:\n{stderr}")
+
+
+def summary_file(path) -> dict:
+    """reaper's exit summary as --summary-file wrote it."""
+    import json
+
+    with open(path) as f:
+        return json.loads(f.read())
+
+
+def remove_cgroup(d) -> None:
+    """Removes cgroup directory d and its leaves (v1 or v2), moving what is still in
+    them to d's parent first; retried until the kernel lets go (exiting tasks)."""
+    d = Path(d)
+    if not d.is_dir():
+        return
+    leaves = [c for c in d.iterdir() if c.is_dir()]
+
+    def removed():
+        for c in leaves + [d]:
+            try:
+                for pid in (c / "cgroup.procs").read_text().split():
+                    try:
+                        (d.parent / "cgroup.procs").write_text(pid)
+                    except OSError:
+                        pass            # it exited meanwhile
+                c.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return False
+        return True
+    wait_for(removed, 10, interval=0.05, what=f"{d} to be removable")
 
 
 def run_reaper(args, pid1=True, timeout=30.0, **kw):

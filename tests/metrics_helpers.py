@@ -165,15 +165,3 @@ def in_pids_cgroup(limit: int):
         with open(d / "cgroup.procs", "w") as f:
             f.write(str(os.getpid()))
     return d, enter
-
-
-def remove_cgroup(d: Path) -> None:
-    def gone():
-        try:
-            d.rmdir()
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
-    wait_for(gone, 10, interval=0.05, what=f"{d} to be removable")

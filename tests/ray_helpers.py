@@ -147,16 +147,6 @@ def _write(path: str, text: str) -> None:
 
 # --- seen from the test, outside the namespace ---------------------------------
 
-def read_stat(pid: int):
-    """(state, ppid, utime+stime seconds) or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return fields[0], int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def tree(root: int) -> list:
     """root and every descendant (host pids). Test side only: this module also runs
     as a script inside Ray, where the test harness is not importable."""
@@ -166,7 +156,14 @@ def tree(root: int) -> list:
 
 
 def zombies(root: int) -> list:
-    return [p for p in tree(root) if (read_stat(p) or ("?",))[0] == "Z"]
+    from conftest import proc_stat
+
+    def zombie(p):
+        try:
+            return proc_stat(p)["state"] == "Z"
+        except OSError:
+            return False
+    return [p for p in tree(root) if zombie(p)]
 
 
 def find_marked(root: int, name: str):

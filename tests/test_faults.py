@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, proc_status, py, run_reaper,
+from conftest import (PYTHON, REAPER, UNSHARE, proc_status, py, remove_cgroup, run_reaper,
                       summary, wait_for, wait_for_file)
 
 FAULTY = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py")]
@@ -116,8 +116,7 @@ class PidsCgroup:
             f.write(str(os.getpid()))
 
     def remove(self) -> None:
-        wait_for(lambda: not (self.path / "cgroup.procs").read_text().split(), what="cgroup empty")
-        self.path.rmdir()
+        remove_cgroup(self.path)
 
 
 def test_a_failed_fork_of_the_main_child_is_one_line_and_exit_1(tmp_path):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, free_port, host_pid_of_watch, wait_for, wait_for_file
+from conftest import PYTHON, REAPER, UNSHARE, free_port, host_pid_of_watch, summary_file, wait_for, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 import budget_helpers as bh
 
@@ -187,7 +187,7 @@ def test_subreaper_as_uid1000_leaves_a_setuid_root_stray_alone_and_throttles_its
     assert "Traceback" not in r.stderr and "ERROR" not in r.stderr, r.stderr
     assert len(_refusal_lines(r.stderr, root)) == 1, r.stderr
     assert not _refusal_lines(r.stderr, mine), r.stderr
-    s = bh.summary(summary)
+    s = summary_file(summary)
     shutil.rmtree(shared)
     assert s["budget_actions"]["not_permitted"] == 1, s
     assert s["budget_actions"]["throttle_sigstop"] >= 1, s

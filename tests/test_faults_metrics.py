@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, free_port, proc_status, wait_for
-from metrics_helpers import Scrape, get, in_pids_cgroup, remove_cgroup, wait_healthy
+from conftest import PYTHON, REAPER, UNSHARE, free_port, proc_status, wait_for, remove_cgroup
+from metrics_helpers import Scrape, get, in_pids_cgroup, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from abuse import Flooding  # noqa: E402  (one copy for the test and the benchmark)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, require, wait_for_file
-from metrics_helpers import Scrape, in_pids_cgroup, remove_cgroup, wait_healthy, wait_scrape
+from conftest import free_port, require, wait_for_file, remove_cgroup
+from metrics_helpers import Scrape, in_pids_cgroup, wait_healthy, wait_scrape
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 NAME = re.compile(r"\b((?:reaper|process)_[a-z0-9_]+)\b")

@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, free_port, wait_for_file
-from metrics_helpers import in_pids_cgroup, remove_cgroup, scrape, wait_healthy, wait_scrape
+from conftest import PYTHON, free_port, wait_for_file, remove_cgroup
+from metrics_helpers import in_pids_cgroup, scrape, wait_healthy, wait_scrape
 
 LOAD_SECONDS = 120.0     # an upper bound: the loop is killed once the signals are seen
 USER_LOOP = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass\n"

@@ -24,7 +24,7 @@ import time
 import pytest
 
 import ray_helpers as rh
-from conftest import free_port, require, wait_for, wait_for_file
+from conftest import alive, free_port, proc_stat, require, wait_for, wait_for_file
 from metrics_helpers import sample_map as _scrape
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]
@@ -75,11 +75,11 @@ def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
         pids = {name: wait_for(lambda n=name: rh.find_marked(root, n), timeout=10, what=name)
                 for name in (*rh.STRAYS_BUSY, *rh.STRAYS_ASLEEP)}
         # The one under the idle worker really is under a worker, titled ray::IDLE.
-        worker = rh.read_stat(pids["idle-worker"])[1]
+        worker = proc_stat(pids["idle-worker"])["ppid"]
         assert open(f"/proc/{worker}/cmdline").read().startswith("ray::IDLE")
         # The orphaned and daemonised ones were adopted by reaper.
-        assert rh.read_stat(pids["orphaned"])[1] == root
-        assert rh.read_stat(pids["daemonised"])[1] == root
+        assert proc_stat(pids["orphaned"])["ppid"] == root
+        assert proc_stat(pids["daemonised"])["ppid"] == root
 
         # No zombies remain anywhere in the namespace.
         wait_for(lambda: not rh.zombies(root), timeout=10, interval=0.1, what="no zombies")
@@ -90,10 +90,10 @@ def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
                  what="the busy strays to record their pids")
         started = min(os.stat(out / f"{n}.pid").st_mtime for n in rh.STRAYS_BUSY)
         time.sleep(max(0.0, started + BUDGET_GRACE + 3 - time.time()))
-        before = {n: rh.read_stat(pids[n])[2] for n in rh.STRAYS_BUSY}
+        before = {n: proc_stat(pids[n])["cpu"] for n in rh.STRAYS_BUSY}
         t0 = time.monotonic()
         time.sleep(4)
-        used = {n: (rh.read_stat(pids[n])[2] - before[n]) / (time.monotonic() - t0) for n in rh.STRAYS_BUSY}
+        used = {n: (proc_stat(pids[n])["cpu"] - before[n]) / (time.monotonic() - t0) for n in rh.STRAYS_BUSY}
         print("stray CPU use over 4 s, in cores:", {n: round(u, 3) for n, u in used.items()})
         assert all(u < BUDGET * 1.5 for u in used.values()), used
 
@@ -123,8 +123,8 @@ def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
 
         # --- SIGTERM to reaper, the job still connected: Ray drains, the strays get
         # SIGTERM, everything ends ----------------------------------------------------
-        alive = [n for n, p in pids.items() if rh.read_stat(p) is not None]
-        assert sorted(alive) == sorted(pids), alive          # nothing died before the stop
+        running = [n for n, p in pids.items() if alive(p)]
+        assert sorted(running) == sorted(pids), running         # nothing died before the stop
         t0 = time.monotonic()
         r.send(signal.SIGTERM)
         status = r.wait(timeout=RAY_DRAIN + GRACE + 30)
@@ -136,7 +136,7 @@ def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
             driver.kill()
             driver.wait()
     # r.wait bounds the stop; its duration is printed for the record, not asserted.
-    terminated = sorted(n for n in alive if (out / f"{n}.term").exists())
+    terminated = sorted(n for n in running if (out / f"{n}.term").exists())
     drain_log = [line for line in r.stderr.splitlines() if "drain" in line.lower()]
     # Ray stops its workers with their process groups, by SIGKILL: the orphaned loop
     # (sh left it in its worker's group) may go that way. Every detached stray is out
@@ -156,4 +156,4 @@ def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
     # requested stop as a success.
     assert result["main_exit_code"] == 1, result
     assert status == result["exit_status"] == 0, (status, result)
-    assert all(rh.read_stat(p) is None for p in pids.values())
+    assert not any(alive(p) for p in pids.values())

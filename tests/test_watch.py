@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_of_watch, proc_status, wait_for_file
+from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_of_watch, proc_stat, proc_status, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 
 ZOMBIES = 4
@@ -54,12 +54,6 @@ def _start(tmp_path, port, extra="", busy=False):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def _stat(pid: int) -> list:
-    """Fields of /proc/PID/stat after the command name: state, ppid, ..."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()
-
-
 @pytest.fixture
 def namespace():
     started = []
@@ -91,11 +85,11 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
     assert s.total("reaper_reaped_total") is None           # reaped nothing
     # It reaps nothing that is not its own: the zombies are still there.
     host_watch = host_pid_of_watch(ns)
-    host_init = int(_stat(host_watch)[1])
+    host_init = proc_stat(host_watch)["ppid"]
     host_parent = [c for c in children_of(host_init) if c != host_watch][0]
     kids = children_of(host_parent)
     assert len(kids) == ZOMBIES
-    assert all(_stat(k)[0] == "Z" for k in kids)
+    assert all(proc_stat(k)["state"] == "Z" for k in kids)
     # SIGTERM: a clean exit 0.
     os.kill(host_watch, signal.SIGTERM)
     assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
