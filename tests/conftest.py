@@ -378,6 +378,40 @@ def summary(stderr: str) -> dict:
     raise AssertionError(f"no summary line in stderr:\n{stderr}")
 
 
+def clean_env(extra=None) -> dict:
+    """This environment without REAPER_* and TINI_* variables, plus extra."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REAPER_", "TINI_"))}
+    env.update(extra or {})
+    return env
+
+
+def one_line(stderr: bytes, prefix: str) -> str:
+    """The one line stderr holds: no traceback, strictly UTF-8 (undecodable bytes shown as \\xff)."""
+    assert b"Traceback" not in stderr, stderr.decode(errors="backslashreplace")
+    text = stderr.decode("utf-8")
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    assert lines[0].startswith(prefix), lines[0]
+    return lines[0]
+
+
+def refused(tmp_path, args, *needles, env=None, user=None) -> str:
+    """The rule for bad input: `reaper ARGS -- touch MARKER` exits 2 with one line naming
+    the problem (and the hint to --help), and the child never ran."""
+    marker = tmp_path / "child-ran"
+    cmd = [REAPER, *args, "--", "touch", str(marker)]
+    if user is not None:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    p = subprocess.run(cmd, env=clean_env(env), stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    line = one_line(p.stderr, "reaper: ")
+    assert p.returncode == 2, line
+    assert line.endswith("(see 'reaper --help')"), line
+    for needle in needles:
+        assert needle in line, line
+    assert not marker.exists(), "the child started on bad input"
+    return line
+
+
 def summary_file(path) -> dict:
     """reaper's exit summary as --summary-file wrote it."""
     import json

@@ -25,6 +25,17 @@ def get(port: int, path: str = "/metrics", accept: str = "", timeout: float = 10
         conn.close()
 
 
+def start_with_metrics(reaper, command: list, flags=(), **kw) -> tuple:
+    """(reaper, port): the reaper fixture's reaper serving metrics on a port of this
+    test's own (loopback only), started with flags before COMMAND, once it answers."""
+    from conftest import free_port
+
+    port = free_port()
+    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", *flags, "--", *command], **kw)
+    wait_healthy(port)
+    return r, port
+
+
 def wait_healthy(port: int, timeout: float = 20.0) -> None:
     """Until /healthz answers (reaper binds before the spawn, but starts under unshare first)."""
     def ok():

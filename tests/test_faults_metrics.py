@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, REAPER, UNSHARE, free_port, proc_status, wait_for, remove_cgroup
-from metrics_helpers import Scrape, get, in_pids_cgroup, wait_healthy
+from metrics_helpers import Scrape, get, in_pids_cgroup, wait_healthy, start_with_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from abuse import Flooding  # noqa: E402  (one copy for the test and the benchmark)
@@ -50,9 +50,7 @@ def threads(pid: int) -> int:
 
 @pytest.mark.xdist_group("cpu-heavy")     # the flood takes a core: not beside other heavy tests
 def test_endpoint_answers_within_a_second_under_a_connection_flood(reaper):
-    port = free_port()
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"])
-    wait_healthy(port)
+    r, port = start_with_metrics(reaper, ["sleep", "600"])
     before = threads(r.pid)
     with Flooding(port, IDLE, SLOW) as flood:
         # Under way: the server has cut connections and they came back.
@@ -81,10 +79,7 @@ def test_a_flood_never_takes_the_descriptors_a_scrape_needs(reaper):
 
     def few_fds():
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-    port = free_port()
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"],
-               preexec_fn=few_fds)
-    wait_healthy(port)
+    r, port = start_with_metrics(reaper, ["sleep", "600"], preexec_fn=few_fds)
     with Flooding(port, 200, 100) as flood:
         wait_for(lambda: flood.stats()["cuts"] >= 200, 30, 0.05, what="the server to cut connections")
         for _ in range(3):
@@ -99,9 +94,7 @@ def test_a_flood_never_takes_the_descriptors_a_scrape_needs(reaper):
 
 
 def test_methods_paths_and_encodings(reaper):
-    port = free_port()
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"])
-    wait_healthy(port)
+    r, port = start_with_metrics(reaper, ["sleep", "600"])
     status, got, body = request(port, "GET", "/metrics")
     h_status, head, h_body = request(port, "HEAD", "/metrics")
     assert (status, h_status, h_body) == (200, 200, b"")
@@ -178,9 +171,7 @@ def test_scrape_succeeds_without_proc():
 
 
 def test_sources_are_available_with_proc(reaper):
-    port = free_port()
-    reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sleep", "600"])
-    wait_healthy(port)
+    _, port = start_with_metrics(reaper, ["sleep", "600"])
     s = Scrape(get(port)[2])
     for source in ("proc", "proc_stat", "proc_cgroups", "self_memory"):
         assert s.value("reaper_source_available", source=source) == 1, source

@@ -4,17 +4,15 @@ import signal
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 
-from conftest import free_port, wait_for_file
-from metrics_helpers import (EVENTS_CHILD, OPENMETRICS, Scrape, get, send_and_confirm,
+from conftest import wait_for_file
+from metrics_helpers import (EVENTS_CHILD, OPENMETRICS, Scrape, get, send_and_confirm, start_with_metrics,
                              wait_scrape, write_script)
 
 
 def test_known_events_exact_counts_and_types(reaper, tmp_path):
-    port = free_port()
     summary, mfile = tmp_path / "summary.json", tmp_path / "reaper.prom"
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-file", str(mfile),
-                "--summary-file", str(summary), "--",
-                *write_script(tmp_path, "child.py", EVENTS_CHILD), str(tmp_path)])
+    r, port = start_with_metrics(reaper, [*write_script(tmp_path, "child.py", EVENTS_CHILD), str(tmp_path)],
+                                 ["--metrics-file", str(mfile), "--summary-file", str(summary)])
     wait_for_file(tmp_path / "ready", 20)
     sigs = tmp_path / "signals"
     for i, sig in enumerate([signal.SIGUSR1] * 3 + [signal.SIGHUP] * 2):
@@ -105,7 +103,6 @@ def test_known_events_exact_counts_and_types(reaper, tmp_path):
 
 def test_drain_results_are_counted(reaper, tmp_path):
     """A process that ignores SIGTERM is killed at the end of the grace: counted as killed."""
-    port = free_port()
     mfile = tmp_path / "m.prom"
     code = ("import os, signal, sys, time\n"
             "if os.fork() == 0:\n"
@@ -115,8 +112,8 @@ def test_drain_results_are_counted(reaper, tmp_path):
             "    os._exit(0)\n"
             "while not os.path.exists(sys.argv[1] + '/go'):\n"
             "    time.sleep(0.01)\n")
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-file", str(mfile),
-                "--grace", "0.5", "--", *write_script(tmp_path, "c.py", code), str(tmp_path)])
+    r, port = start_with_metrics(reaper, [*write_script(tmp_path, "c.py", code), str(tmp_path)],
+                                 ["--metrics-file", str(mfile), "--grace", "0.5"])
     wait_for_file(tmp_path / "ready", 20)
     # The metrics file's writer may have scanned /proc just before the fork: await a scan after it.
     wait_scrape(port, lambda s: s.value("reaper_processes", **{"class": "main_tree"}) == 2,

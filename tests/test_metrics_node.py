@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, free_port, wait_for_file, remove_cgroup
-from metrics_helpers import in_pids_cgroup, scrape, wait_healthy, wait_scrape
+from conftest import PYTHON, remove_cgroup, wait_for_file
+from metrics_helpers import in_pids_cgroup, scrape, wait_scrape, start_with_metrics
 
 LOAD_SECONDS = 120.0     # an upper bound: the loop is killed once the signals are seen
 USER_LOOP = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass\n"
@@ -17,11 +17,8 @@ SYSTEM_LOOP = ("import os, sys, time\nfd = os.open('/dev/zero', os.O_RDONLY)\nbu
 
 
 def _metrics_reaper(reaper, tmp_path, **kw):
-    port = free_port()
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--",
-                "sh", "-c", f"echo ready > {tmp_path}/ready; exec sleep 300"], **kw)
+    r, port = start_with_metrics(reaper, ["sh", "-c", f"echo ready > {tmp_path}/ready; exec sleep 300"], **kw)
     wait_for_file(tmp_path / "ready", 20)
-    wait_healthy(port)
     return r, port
 
 
@@ -119,12 +116,9 @@ def test_pids_in_use_against_pids_max(reaper, tmp_path):
         pytest.skip("needs root and a cgroup-v1 pids hierarchy at /sys/fs/cgroup/pids")
     d, enter = cg
     try:
-        port = free_port()
         sleepers = "for i in $(seq 20); do sleep 300 & done; echo ready > {}/ready; wait".format(tmp_path)
-        r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--", "sh", "-c", sleepers],
-                   preexec_fn=enter)
+        r, port = start_with_metrics(reaper, ["sh", "-c", sleepers], preexec_fn=enter)
         wait_for_file(tmp_path / "ready", 20)
-        wait_healthy(port)
         s = wait_scrape(port, lambda s: s.value("reaper_cgroup_pids_available") == 1, "pids readable")
         assert s.value("reaper_cgroup_pids_max") == 500
         current = int((d / "pids.current").read_text())

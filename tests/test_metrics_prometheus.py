@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from conftest import free_port, require, wait_for, wait_for_file
-from metrics_helpers import wait_healthy
+from metrics_helpers import start_with_metrics
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -33,7 +33,7 @@ def _ready(port: int) -> bool:
 @pytest.mark.slow
 def test_prometheus_scrapes_reaper(reaper, tmp_path):
     require("prometheus", shutil.which(PROMETHEUS) is not None, "apt-get install prometheus")
-    port, prom_port = free_port(), free_port()
+    prom_port = free_port()
     code = ("import os, sys, time\n"
             "for _ in range(3):\n"
             "    if os.fork() == 0:\n"
@@ -42,10 +42,8 @@ def test_prometheus_scrapes_reaper(reaper, tmp_path):
             "    os.wait()\n"
             "open(sys.argv[1] + '/ready', 'w').write('ready')\n"
             "time.sleep(300)\n")
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--",
-                "python3", "-c", code, str(tmp_path)])
+    r, port = start_with_metrics(reaper, ["python3", "-c", code, str(tmp_path)])
     wait_for_file(tmp_path / "ready", 20)
-    wait_healthy(port)
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n"

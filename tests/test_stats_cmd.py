@@ -3,7 +3,7 @@ import signal
 import subprocess
 
 from conftest import REAPER, free_port, wait_for_file
-from metrics_helpers import EVENTS_CHILD, send_and_confirm, wait_healthy, wait_scrape, write_script
+from metrics_helpers import EVENTS_CHILD, send_and_confirm, wait_scrape, write_script, start_with_metrics
 
 
 def _stats(*args):
@@ -11,13 +11,10 @@ def _stats(*args):
 
 
 def test_stats_from_url_and_file(reaper, tmp_path):
-    port = free_port()
     mfile = tmp_path / "m.prom"
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-file", str(mfile),
-                "--metrics-interval", "0.2", "--", *write_script(tmp_path, "child.py", EVENTS_CHILD),
-                str(tmp_path)])
+    r, port = start_with_metrics(reaper, [*write_script(tmp_path, "child.py", EVENTS_CHILD), str(tmp_path)],
+                                 ["--metrics-file", str(mfile), "--metrics-interval", "0.2"])
     wait_for_file(tmp_path / "ready", 20)
-    wait_healthy(port)
     send_and_confirm(r, signal.SIGUSR1, tmp_path / "signals", 1)
     wait_scrape(port, lambda s: s.total("reaper_reaped_total") == 6 and s.value("reaper_zombies") == 1
                 and s.samples("reaper_node_cpu_busy_ratio"), "the orphans reaped")
