@@ -89,6 +89,7 @@ class CgroupThrottle:
         self.parent = parent                     # reaper's own cgroup: strays go back here
         self.base = os.path.join(parent, f"reaper-strays.{secrets.token_hex(4)}")
         self.leaves: dict = {}                   # key -> leaf dir
+        self.total: Optional[float] = None       # the base's quota (--cpu-budget-total), cores
         self._throttled: dict = {}               # dir -> last throttled time seen
 
     # --- setup -----------------------------------------------------------
@@ -162,9 +163,14 @@ class CgroupThrottle:
 
     def set_total(self, cores: Optional[float]) -> None:
         self._set_quota(self.base, cores)
+        self.total = cores
 
     def leaf(self, key: tuple, cores: Optional[float]) -> str:
         name = "shared" if cores is None else f"s{key[0]}.{key[1]}"
+        if cores is not None and self.total is not None:
+            # cgroup v1 refuses a child's quota above its parent's (EINVAL); the
+            # parent's caps it anyway, in v2 too.
+            cores = min(cores, self.total)
         d = os.path.join(self.base, name)
         if not os.path.isdir(d):
             os.mkdir(d)

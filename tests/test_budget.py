@@ -156,7 +156,7 @@ def test_throttle_by_sigstop_when_cgroupfs_read_only(reaper, tmp_path):
     assert re.search(r"/sys/fs/cgroup\S* is read-only: throttling by SIGSTOP/SIGCONT", r.stderr), r.stderr
     assert r.stderr.count("throttling by SIGSTOP/SIGCONT") == 1          # said once
     s = summary_file(summary)
-    assert s["budget_actions"]["throttle_sigstop"] == 1
+    assert s["budget_actions"]["throttle_sigstop"] >= 1      # again after each release (back under budget)
 
 
 def test_stopped_stray_resumed_at_close(tmp_path):

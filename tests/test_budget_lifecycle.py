@@ -1,0 +1,120 @@
+"""A stray's life under budgets, as docs/budgets.md tells it: throttled into a cgroup of
+its own, the cgroup removed when it dies; resumed when it is back under budget; let go
+(moved back) when it stops being a stray; held by a per-stray and a total budget at once."""
+import os
+import re
+import signal
+
+import pytest
+
+import budget_helpers as bh
+from conftest import PYTHON, remove_cgroup, wait_for
+
+FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
+V1_CPU = "/sys/fs/cgroup/cpu"
+
+pytestmark = pytest.mark.xdist_group("cpu-heavy")     # CPU shares are measured
+
+
+def _v1_writable() -> bool:
+    return os.geteuid() == 0 and os.access(V1_CPU, os.W_OK) and os.path.exists(f"{V1_CPU}/cpu.cfs_quota_us")
+
+
+needs_v1 = pytest.mark.skipif(not _v1_writable(), reason="needs root and a writable cgroup v1 cpu hierarchy")
+
+
+@pytest.fixture
+def started(reaper):
+    """reaper(args, command) once its signals are set up; leftover cgroups removed after."""
+    runs = []
+
+    def start(args, command, **kw):
+        r = reaper([*args, "--", *command], **kw)
+        r.wait_ready()
+        runs.append(r)
+        return r
+    yield start
+    for r in runs:
+        r.kill()
+        for base in set(re.findall(r"in (/sys/fs/cgroup/\S+/reaper-strays\.[0-9a-f]+)", r.stderr or "")):
+            remove_cgroup(base)
+
+
+def _tagged(tag: str, n: int = 1) -> list:
+    return wait_for(lambda: (lambda p: p if len(p) >= n else None)(bh.pids_tagged(tag)), 30,
+                    what=f"{n} process(es) tagged {tag}")
+
+
+def _leaf_of(pid: int) -> str:
+    return wait_for(lambda: (lambda c: c if "reaper-strays." in c and c.rsplit("/", 1)[1].startswith("s") else None)
+                    (bh.cpu_cgroup(pid)), 30, what=f"stray {pid} in a cgroup of its own")
+
+
+@needs_v1
+def test_a_dead_strays_cgroup_is_removed_while_reaper_runs(started):
+    tag = bh.marker()
+    r = started(["-v", "--cpu-budget", "0.1", "--budget-action", "throttle", *FAST],
+                bh.orphans_then_sleep(bh.busy_argv(tag)))
+    (pid,) = _tagged(tag)
+    leaf = V1_CPU + _leaf_of(pid)
+    os.kill(pid, signal.SIGKILL)                      # ours: the test started it
+    wait_for(lambda: not os.path.exists(leaf), 30, what=f"{leaf} to be removed")
+    assert r.proc.poll() is None                      # at the next sample, not at exit
+
+
+@needs_v1
+def test_a_per_stray_and_a_total_budget_hold_together(started):
+    tag = bh.marker()
+    r = started(["--cpu-budget", "0.3", "--cpu-budget-total", "0.2", "--budget-action", "throttle", *FAST],
+                bh.orphans_then_sleep(*[bh.busy_argv(tag)] * 2))
+    pids = _tagged(tag, 2)
+    for p in pids:                                    # in reaper's cgroup, under the total's quota
+        wait_for(lambda: "reaper-strays." in bh.cpu_cgroup(p), 30, what=f"stray {p} throttled")
+    base = V1_CPU + bh.cpu_cgroup(pids[0]).rsplit("/", 1)[0]
+    assert open(f"{base}/cpu.cfs_quota_us").read().strip() == "20000"
+    # Together they get the total (0.1 each: under the per-stray 0.3, so they share one leaf).
+    bh.assert_rate_near(pids, 0.2, low=0.4)
+    assert all(bh.cpu_cgroup(p).endswith("/shared") for p in pids)
+    r.send(signal.SIGTERM)
+    assert r.wait() == 143
+
+
+# Busy until the file argv[1] exists, then idle but alive (argv ends with the tag).
+BUSY_THEN_IDLE = ("import os, sys, time\n"
+                  "while not os.path.exists(sys.argv[1]): pass\n"
+                  "time.sleep(600)\n")
+
+
+def test_a_stray_back_under_budget_is_resumed(started, tmp_path):
+    tag, calm = bh.marker(), tmp_path / "calm"
+    code = BUSY_THEN_IDLE.replace("'", "'\\''")
+    r = started(["-v", "--cpu-budget", "0.1", "--budget-action", "throttle", *FAST],
+                bh.orphans_then_sleep(f"{PYTHON} -c '{code}' {calm} {tag}"), preexec_fn=bh.readonly_cgroups)
+    (pid,) = _tagged(tag)
+    wait_for(lambda: bh.stat(pid)["state"] == "T", 30, 0.01, what="the stray stopped by duty-cycling")
+    calm.touch()
+    # Its demand falls under the budget: released, never stopped again.
+    wait_for(lambda: "T" not in bh.states_for([pid], 1.0), 30, what="the stray to be released")
+    assert "T" not in bh.states_for([pid], 2.0)
+    r.send(signal.SIGTERM)
+    assert r.wait() == 143
+    assert re.search(r"stray \d+ \(python\S*\) back under budget: resumed", r.stderr), r.stderr   # its pid in reaper's namespace
+
+
+@needs_v1
+def test_a_process_that_stops_being_a_stray_is_let_go(started, tmp_path):
+    # Matched by --stray-match on its command line, then it execs into something else.
+    tag, leave = bh.marker(), tmp_path / "leave"
+    code = ("import os, sys\n"
+            "while not os.path.exists(sys.argv[1]): pass\n"
+            "os.execv('/bin/sleep', ['sleep', '600'])\n").replace("'", "'\\''")
+    r = started(["-v", "--cpu-budget", "0.1", "--budget-action", "throttle", "--stray-match", tag, *FAST],
+                ["sh", "-c", f"{PYTHON} -c '{code}' {leave} {tag} & exec sleep 600"])
+    (pid,) = _tagged(tag)
+    leaf = V1_CPU + _leaf_of(pid)
+    leave.touch()
+    wait_for(lambda: "reaper-strays." not in bh.cpu_cgroup(pid), 30, what="the process moved back")
+    wait_for(lambda: not os.path.exists(leaf), 30, what=f"{leaf} to be removed")
+    assert open(f"/proc/{pid}/comm").read().strip() == "sleep"
+    r.send(signal.SIGTERM)
+    assert r.wait() == 143
