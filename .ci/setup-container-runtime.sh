@@ -9,14 +9,16 @@
 # - netavark + aardvark-dns (podman's network backend as root) and iptables, for -p;
 #   slirp4netns and uidmap for rootless use;
 # - fuse-overlayfs: overlay storage where the kernel's overlayfs is not usable;
-# - debootstrap: the tests make their image from Debian packages (no registry pulls).
+# - debootstrap: the tests make their image from Debian packages (no registry pulls);
+# - catatonit: the init of Podman's default infra (pause) container, built locally by
+#   `podman pod create` (tests/test_pod.py); Debian's podman only recommends it.
 set -eu
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
     podman runc conmon netavark aardvark-dns containernetworking-plugins iptables \
-    slirp4netns uidmap fuse-overlayfs debootstrap ca-certificates >/dev/null
+    slirp4netns uidmap fuse-overlayfs debootstrap catatonit ca-certificates >/dev/null
 
 # Podman raises RLIMIT_NOFILE and RLIMIT_NPROC of every container to 1048576 by
 # default; root without CAP_SYS_RESOURCE (as in these VMs) cannot, and runc fails with

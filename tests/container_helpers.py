@@ -5,8 +5,9 @@ locally, the way docker/Dockerfile.python's final stage makes one:
 
 1. base: Debian bookworm minbase with python3 and pip (debootstrap from the Debian
    mirror; ~45 s), cached across sessions under CACHE keyed by suite and packages;
-2. wheels: `pip wheel` of a clean copy of the repository (reaper and its
-   dependencies; ~10 s; the copy keeps build artefacts out of the working tree);
+2. wheels: scripts/build-wheel on a clean copy of the repository (the manylinux wheel
+   users install), then `pip wheel` of its dependencies beside it (~15 s; the copy keeps
+   build artefacts out of the working tree);
 3. image: a copy of the base with the wheels installed by the image's own pip
    (`pip install --no-index --find-links`), cached under CACHE keyed by a hash of
    the sources, so an unchanged tree costs nothing.
@@ -14,6 +15,10 @@ locally, the way docker/Dockerfile.python's final stage makes one:
 Containers run from that directory with `podman run --rootfs DIR:O` (an overlay:
 every container gets its own writable layer; the directory is never written).
 pytest-xdist workers share one build through a file lock.
+
+Pods (tests/test_pod.py) need an image by name, for every container and for an infra
+container of our own: local_image() imports that directory with `podman import` as
+localhost/reaper-test:HASH (a few seconds, once per source hash).
 
 Podman's defaults need two adjustments on these machines, made on every call here
 (and in .ci/setup-container-runtime.sh for interactive use):
@@ -41,8 +46,9 @@ CACHE = Path(os.environ.get("REAPER_CONTAINER_CACHE", "/var/tmp/reaper-container
 SUITE = "bookworm"
 MIRROR = os.environ.get("REAPER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 PACKAGES = ("python3", "python3-pip", "procps")
-# What `pip wheel .` needs, as in .dockerignore.
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "bin", "reaper", "csrc")
+# What scripts/build-wheel needs, as in .dockerignore.
+SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "bin", "reaper", "csrc",
+           "scripts/build-wheel")
 IMAGE_PYTHON = "/usr/bin/python3"
 KEEP_IMAGES = 3                  # older image directories are removed
 
@@ -115,9 +121,15 @@ def build_wheels(dest: Path) -> None:
             shutil.copytree(p, src / top, ignore=shutil.ignore_patterns(
                 "__pycache__", "*.so", "*.o", "*.pyc", "_core.c"))
         else:
-            src.mkdir(parents=True, exist_ok=True)
+            (src / top).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, src / top)
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(dest), str(src)])
+    # As docker/Dockerfile.python's builder stage: the release wheel, then its dependencies.
+    _run([str(src / "scripts/build-wheel")], env={**os.environ, "OUT": str(dest), "PYTHON": sys.executable},
+         timeout=600)
+    for sdist in dest.glob("*.tar.gz"):
+        sdist.unlink()
+    (wheel,) = dest.glob("reaper_init-*.whl")
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(dest), str(wheel)], timeout=600)
     shutil.rmtree(src, ignore_errors=True)
 
 
@@ -135,9 +147,11 @@ def image_rootfs(log=print) -> Path:
         try:
             _run(["cp", "-a", "--reflink=auto", str(base), str(tmp)])
             build_wheels(tmp / "wheels")
+            (wheel,) = (tmp / "wheels").glob("reaper_init-*-manylinux*.whl")
             # The image's own pip installs them, as the Dockerfile's final stage does.
             _run(["chroot", str(tmp), IMAGE_PYTHON, "-m", "pip", "install", "-q", "--no-index",
-                  "--no-cache-dir", "--break-system-packages", "--find-links", "/wheels", "reaper"])
+                  "--no-cache-dir", "--break-system-packages", "--find-links", "/wheels",
+                  f"/wheels/{wheel.name}"])
             shutil.rmtree(tmp / "wheels")
             _run(["chroot", str(tmp), "/usr/local/bin/reaper", "--version"])
             tmp.rename(final)
@@ -153,6 +167,81 @@ def _prune(keep: Path) -> None:
     for old in images[KEEP_IMAGES:]:
         if old != keep:
             shutil.rmtree(old, ignore_errors=True)
+
+
+IMAGE_REPO = "localhost/reaper-test"
+
+
+def local_image(log=print) -> str:
+    """The test image as a Podman image (podman import of image_rootfs()); its name."""
+    rootfs = image_rootfs(log)
+    name = f"{IMAGE_REPO}:{rootfs.name[len('image-'):]}"
+    with _locked(CACHE / ".import-lock"):
+        if subprocess.run(["podman", "image", "exists", name], timeout=60).returncode == 0:
+            return name
+        t0 = time.monotonic()
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        try:
+            _run(["podman", "import", "-", name], stdin=tar.stdout, timeout=300)
+        finally:
+            tar.stdout.close()
+            tar.wait(60)
+        log(f"podman import {name}: {time.monotonic() - t0:.0f}s")
+        # Older imports of this test image go; only ours are named localhost/reaper-test.
+        r = subprocess.run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}", IMAGE_REPO],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+        for old in r.stdout.decode().split():
+            if old != name and not (CACHE / f"image-{old.rpartition(':')[2]}").exists():
+                subprocess.run(["podman", "rmi", old], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60)
+    return name
+
+
+class Pod:
+    """A Podman pod whose containers share one PID namespace, as a Kubernetes pod with
+    shareProcessNamespace: true. The infra container is PID 1 of that namespace (Podman's
+    pause image, built from catatonit, unless infra_image/infra_command say otherwise) and
+    holds the network namespace, where `publish` ports go."""
+
+    SHARE = "pid,net,ipc,uts"
+
+    def __init__(self, *, publish=(), infra_image=None, infra_command=None):
+        self.name = f"reaper-test-pod-{uuid.uuid4().hex[:12]}"
+        cmd = ["podman", "--runtime", "runc", "pod", "create", "--name", self.name, "--share", self.SHARE]
+        for host_port, port in publish:
+            cmd += ["-p", f"127.0.0.1:{host_port}:{port}"]
+        if infra_image:
+            cmd += ["--infra-image", infra_image]
+        if infra_command:
+            cmd += ["--infra-command", infra_command]
+        _run(cmd, timeout=120)
+
+    def run(self, image: str, argv: list, *, name: str, volumes=(), user=None) -> str:
+        """Starts a container in the pod (detached); returns its name."""
+        cname = f"{self.name}-{name}"
+        cmd = [*podman_base(), "-d", "--pod", self.name, "--name", cname]
+        for host, inside in volumes:
+            cmd += ["-v", f"{host}:{inside}"]
+        if user:
+            cmd += ["--user", user]
+        _run([*cmd, image, *argv], timeout=120)
+        return cname
+
+    def stop(self, cname: str, timeout: int = 10) -> int:
+        """`podman stop -t TIMEOUT` of one container; its exit code."""
+        _run(["podman", "stop", "-t", str(timeout), cname], timeout=timeout + 60)
+        r = subprocess.run(["podman", "wait", cname], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=60)
+        return int(r.stdout.split()[-1])
+
+    def logs(self, cname: str) -> str:
+        r = subprocess.run(["podman", "logs", cname], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=60)
+        return r.stdout.decode(errors="replace")
+
+    def remove(self) -> None:
+        subprocess.run(["podman", "pod", "rm", "-f", "-t", "0", self.name], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
 
 
 class Container:

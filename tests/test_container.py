@@ -113,7 +113,7 @@ while True:
 @pytest.mark.parametrize("user", [None, "1000:100"], ids=["root", "uid1000"])
 def test_podman_stop_gives_the_child_its_graceful_exit_and_drains_the_rest(rootfs, out, containers, user):
     grace = 2
-    c = containers(rootfs, ["reaper", "--grace", str(grace), "--", PY, "-c", GRACEFUL],
+    c = containers(rootfs, ["reaper", "-v", "--grace", str(grace), "--", PY, "-c", GRACEFUL],   # -v: event lines
                    volumes=[(out, "/out")], user=user)
     wait_for_file(out / "ready", timeout=30)
     stop_timeout = 30
@@ -258,7 +258,7 @@ def _cpu_seconds(stat_path: Path) -> float:
 
 
 def test_budgets_fall_back_to_the_unprivileged_path_on_a_read_only_cgroupfs(rootfs, out, containers):
-    c = containers(rootfs, ["reaper", "--cpu-budget", "0.2", "--budget-action", "throttle", "--budget-grace", "0",
+    c = containers(rootfs, ["reaper", "-v", "--cpu-budget", "0.2", "--budget-action", "throttle", "--budget-grace", "0",
                             "--budget-window", "2", "--budget-interval", "0.25", "--", PY, "-c", BUSY_ORPHAN],
                    volumes=[(out, "/out")])
     wait_for_file(out / "busy-pid", timeout=30)
