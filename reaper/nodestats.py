@@ -1,8 +1,9 @@
 """What /proc and the cgroup filesystem say, read-only: the process table of
 reaper's scope, per-core CPU, cgroup counts and the pids controller.
 
-Only the exporter uses this module (at scrape time or from its sampler
-thread), so none of it runs when metrics are off. Every reader tolerates
+The exporter reads it at scrape time and from its sampler thread; the drain
+reads the process table (scan, descendants, read_proc) to find what is left
+in reaper's scope. Nothing else runs when metrics are off. Every reader tolerates
 processes vanishing mid-scan and files that do not exist on this kernel, and
 says "unreadable" (None, or an empty table) rather than a zero that would look
 healthy: some sandboxes bind an empty directory over /proc.
