@@ -333,7 +333,10 @@ class Reaper:
 
 @pytest.fixture
 def reaper():
-    """Factory: reaper(args, pid1=True, ...) -> Reaper; everything is killed afterwards."""
+    """Factory: reaper(args, pid1=True, ...) -> Reaper; everything is killed afterwards,
+    and the stray cgroups a killed reaper could not remove (named in its log) with it."""
+    import re
+
     started = []
 
     def start(args, **kw):
@@ -343,6 +346,19 @@ def reaper():
     yield start
     for r in started:
         r.kill()
+        for base in set(re.findall(r"in (/sys/fs/cgroup/\S+/reaper-strays\.[0-9a-f]+)", r.stderr or "")):
+            remove_cgroup(base)
+
+
+@pytest.fixture
+def namespace():
+    """Registers an `unshare --kill-child ...` Popen; killed (and so its namespace) afterwards."""
+    started = []
+    yield started.append
+    for ns in started:
+        if ns.poll() is None:
+            ns.kill()
+        ns.communicate()
 
 
 @pytest.fixture(scope="session")

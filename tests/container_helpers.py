@@ -41,6 +41,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("REAPER_CONTAINER_CACHE", "/var/tmp/reaper-container-cache"))
 SUITE = "bookworm"
@@ -302,3 +304,12 @@ def run(rootfs: Path, argv: list, timeout: float = 60, **kw) -> Container:
 
 if __name__ == "__main__":     # build (or find) the image: python tests/container_helpers.py
     print(image_rootfs())
+
+
+@pytest.fixture
+def out(tmp_path):
+    """A directory shared with the container (as /out), writable by any uid."""
+    d = tmp_path / "out"
+    d.mkdir()
+    d.chmod(0o777)
+    return d

@@ -14,29 +14,12 @@ import time
 
 import pytest
 
-from conftest import PYTHON, Reaper, refused, remove_cgroup, run_reaper, summary_file, wait_for
+from conftest import PYTHON, Reaper, refused, run_reaper, summary_file, wait_for
 import budget_helpers as bh
 
 FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
 ROOT = os.geteuid() == 0
 V1_CPU = "/sys/fs/cgroup/cpu"
-
-
-@pytest.fixture
-def reaper(reaper):
-    """conftest's factory, plus: a reaper killed by a failing test cannot remove
-    the cgroups it made; remove them here (found in its log)."""
-    started = []
-
-    def start(args, **kw):
-        r = reaper(args, **kw)
-        started.append(r)
-        return r
-    yield start
-    for r in started:
-        r.kill()
-        for base in set(re.findall(r"in (/sys/fs/cgroup/\S+/reaper-strays\.[0-9a-f]+)", r.stderr or "")):
-            remove_cgroup(base)
 
 
 def _v1_writable() -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, require, wait_for, wait_for_file
-from container_helpers import Container, image_rootfs, missing_tools, run
+from container_helpers import Container, image_rootfs, missing_tools, out, run  # noqa: F401  (out: a fixture)
 from metrics_helpers import sample_map as _scrape
 
 pytestmark = pytest.mark.container
@@ -30,13 +30,6 @@ def rootfs():
     return image_rootfs(log=lambda msg: None)
 
 
-@pytest.fixture
-def out(tmp_path):
-    """A directory shared with the container (as /out), writable by any uid."""
-    d = tmp_path / "out"
-    d.mkdir()
-    d.chmod(0o777)
-    return d
 
 
 @pytest.fixture

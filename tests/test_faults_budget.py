@@ -96,16 +96,6 @@ signal.pause()
 '''
 
 
-@pytest.fixture
-def namespace():
-    started = []
-    yield started.append
-    for ns in started:
-        if ns.poll() is None:
-            ns.kill()       # unshare --kill-child takes the namespace down
-        ns.communicate()
-
-
 @pytest.mark.xdist_group("cpu-heavy")
 def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, tmp_path):
     port = free_port()

@@ -19,8 +19,8 @@ import subprocess
 
 import pytest
 
-from conftest import REAPER, free_port, wait_for, wait_for_file
-from container_helpers import Pod, local_image, missing_tools
+from conftest import REAPER, free_port, require, wait_for, wait_for_file
+from container_helpers import Pod, local_image, missing_tools, out  # noqa: F401  (out: a fixture)
 from metrics_helpers import scrape, wait_healthy, wait_scrape
 
 pytestmark = pytest.mark.container
@@ -62,17 +62,8 @@ def _pause_mode() -> bool:
 @pytest.fixture(scope="session")
 def image():
     missing = missing_tools()
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (run .ci/setup-container-runtime.sh as root)")
+    require(", ".join(missing), not missing, "run .ci/setup-container-runtime.sh as root")
     return local_image(log=lambda msg: None)
-
-
-@pytest.fixture
-def out(tmp_path):
-    d = tmp_path / "out"
-    d.mkdir()
-    d.chmod(0o777)
-    return d
 
 
 @pytest.fixture

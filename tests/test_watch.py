@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 
-import pytest
 
 from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_of_watch, proc_stat, proc_status, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
@@ -52,16 +51,6 @@ def _start(tmp_path, port, extra="", busy=False):
     return subprocess.Popen([*UNSHARE, *init, str(tmp_path), str(port), PYTHON, REAPER, parent[1], extra,
                              str(ZOMBIES), *(["busy"] if busy else [])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-@pytest.fixture
-def namespace():
-    started = []
-    yield started.append
-    for ns in started:
-        if ns.poll() is None:
-            ns.kill()       # unshare --kill-child takes the namespace down
-        ns.communicate()
 
 
 def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
