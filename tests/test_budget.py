@@ -437,3 +437,19 @@ def test_bad_input_one_line_exit_2_child_never_starts(tmp_path, args, msg):
 
 def test_bad_input_from_environment(tmp_path):
     refused(tmp_path, [], "REAPER_CPU_BUDGET: must be a number > 0", env={"REAPER_CPU_BUDGET": "0"})
+
+
+def test_without_pidfds_reaper_says_once_how_it_signals_strays(reaper, tmp_path):
+    from pathlib import Path
+
+    faulty = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py"), "no-pidfd"]
+    tag = bh.marker()
+    r = reaper(["-v", "--cpu-budget", "0.1", "--budget-action", "terminate", "--budget-kill-after", "0",
+                *FAST, "--", *bh.orphans_then_sleep(bh.busy_argv(tag))], exe=faulty)
+    (pid,) = tagged(tag)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or bh.stat(pid)["state"] == "Z", 30,
+             what="the stray terminated through kill()")
+    assert stop(r) == 143
+    notices = [l for l in r.stderr.splitlines() if "no pidfd support" in l]
+    assert len(notices) == 1 and "after a start-time check" in notices[0], r.stderr
+

@@ -103,7 +103,7 @@ subprocess.Popen({child!r})
 print("ready", flush=True)
 signal.pause()
 """)
-    r = reaper(["--grace", "30", "--", *main])
+    r = reaper(["-v", "--grace", "30", "--", *main])      # -v: the event lines
     assert r.readline() == "ready"
     wait_for(lambda: log.exists() and "ready" in log.read_text(), what="helper ready")
     r.send(signal.SIGTERM)                       # 1: to the main child, which exits
@@ -162,3 +162,17 @@ def test_nothing_survives_reaper(pid1):
     s = summary(r.stderr)
     assert s["drain"]["survived"] == 0
     assert s["drain"]["terminated"] + s["drain"]["killed"] >= 10
+
+
+def test_descendants_forked_while_the_drain_kills_are_killed_too():
+    # A forker that ignores SIGTERM makes a new TERM-ignoring child every 20 ms, up to the
+    # moment SIGKILL reaches it: children forked after the kill round's scan become
+    # reaper's (its subreaper) and are found by the rescans. Nothing tagged survives.
+    tag = f"{700 + random.randrange(10**6) / 10**6:.6f}"
+    forker = (f"trap '' TERM; while :; do (trap '' TERM; exec sleep {tag}) & sleep 0.02; done")
+    child = ["sh", "-c", f"sh -c \"{forker}\" & sleep 0.3; exit 0"]
+    r = run_reaper(["--grace", "0.5", "--", *child], pid1=False, timeout=30)
+    assert r.proc.returncode == 0, r.stderr
+    assert _tagged(tag) == []
+    assert summary(r.stderr)["drain"]["survived"] == 0
+

@@ -11,6 +11,7 @@ FAULTS is a comma-separated list; each one patches reaper before main() runs:
   summary          building the exit summary raises
   title            setting the process title raises
   count-scans      counts full /proc scans made while killing; written to $FAULTY_SCANS at exit
+  no-pidfd         a kernel without pidfds (older than 5.3): budgets signal through kill()
 """
 import errno
 import os
@@ -48,6 +49,10 @@ def inject(faults: set) -> None:
     if "title" in faults:
         import setproctitle
         setproctitle.setproctitle = boom
+    if "no-pidfd" in faults:
+        from reaper import budget, procctl
+        procctl.HAVE_PIDFD = False
+        budget.pidfds_work = lambda: False
     if "count-scans" in faults:
         from reaper import nodestats
         real_scan, count = nodestats.scan, [0]
