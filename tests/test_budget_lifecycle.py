@@ -8,7 +8,7 @@ import signal
 import pytest
 
 import budget_helpers as bh
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, remove_cgroup, wait_for
 
 FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
 V1_CPU = "/sys/fs/cgroup/cpu"
@@ -111,3 +111,28 @@ def test_a_process_that_stops_being_a_stray_is_let_go(started, tmp_path):
     assert open(f"/proc/{pid}/comm").read().strip() == "sleep"
     r.send(signal.SIGTERM)
     assert r.wait() == 143
+
+
+@needs_v1
+def test_the_cgroup_throttle_never_sleeps_at_exit(monkeypatch):
+    """close() runs on the loop's path at exit: it removes what it can and reports the
+    rest at once, without waiting (the old one slept and retried). A cgroup made below
+    one of reaper's by someone else keeps that one busy."""
+    from reaper.throttle import CgroupThrottle
+
+    cg = CgroupThrottle.probe()
+    if cg.kind != "cgroup_v1":
+        pytest.skip(f"the probe chose {cg.kind}")
+    leaf = cg.leaf((os.getpid(), 0), 0.5)
+    foreign = os.path.join(leaf, "someone-elses")
+    os.mkdir(foreign)
+    try:
+        monkeypatch.setattr("time.sleep", lambda s: pytest.fail(f"close() slept {s}s"))
+        left = cg.close()
+        monkeypatch.undo()
+        assert leaf in left and cg.base in left, left
+    finally:
+        monkeypatch.undo()
+        os.rmdir(foreign)
+        remove_cgroup(cg.base)
+    assert not os.path.exists(cg.base)

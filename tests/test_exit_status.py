@@ -142,3 +142,10 @@ def test_remap_exit():
     assert run_reaper(["-e", "143", "-e", "3", "--", "sh", "-c", "exit 3"]).proc.returncode == 0
     assert run_reaper(["-e", "143", "--", "sh", "-c", "exit 3"]).proc.returncode == 3
     assert run_reaper(["sh", "-c", "exit 3"], env={"REAPER_REMAP_EXIT": "3,143"}).proc.returncode == 0
+
+
+def test_a_command_name_that_is_not_utf8_is_shown_escaped():
+    r = run_reaper(["--", b"no-such-\xff".decode(errors="surrogateescape")])
+    assert r.proc.returncode == 127
+    line = _one_error_line(r)
+    assert r"'no-such-\xff'" in line and "udcff" not in line, line
