@@ -65,19 +65,25 @@ def orphans_then_sleep(*busy: str, main_extra: str = "") -> list:
 
 
 def pids_tagged(tag: str) -> list:
-    """Host pids of live processes whose argv ends with tag."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    """Live `python -c CODE ... tag` processes (busy_argv's): tag last, after a -c (a
+    driver script given the tag as its last argument is not one)."""
+    from conftest import pids_with_arg
+
+    def inline(pid):
         try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return b"-c" in f.read().split(b"\0")
         except OSError:
-            continue
-        if tag.encode() in argv[-2:] and b"-c" in argv:
-            out.append(int(d))
-    return out
+            return False
+    return [p for p in pids_with_arg(tag, last=True) if inline(p)]
+
+
+def wait_tagged(tag: str, n: int = 1, timeout: float = 30.0) -> list:
+    """The pids of n processes tagged with tag, once there are that many."""
+    from conftest import wait_for
+
+    return wait_for(lambda: (lambda p: p if len(p) >= n else None)(pids_tagged(tag)), timeout,
+                    what=f"{n} process(es) tagged {tag}")
 
 
 def _comm(pid: int) -> str:

@@ -98,6 +98,23 @@ def proc_stat(pid: int) -> dict:
             "nice": int(fields[16]), "start": int(fields[19])}
 
 
+def pids_with_arg(arg: str, last: bool = False) -> list:
+    """Pids of the live processes (zombies have no argv) with arg as one of their arguments,
+    or (last) as their last one, which leaves out a reaper given it as an option's value:
+    the suite's one way to find a process it started, by a tag only that test uses."""
+    want, found = arg.encode(), []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")[:-1]
+                if (argv[-1:] == [want]) if last else (want in argv):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
 def alive(pid: int) -> bool:
     """pid exists and is not a zombie."""
     try:

@@ -167,14 +167,11 @@ def zombies(root: int) -> list:
 
 
 def find_marked(root: int, name: str):
-    for pid in tree(root):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if (MARK + name).encode() + b"\0" in f.read():
-                    return pid
-        except OSError:
-            pass
-    return None
+    """The process below root marked name (test side: conftest is importable)."""
+    from conftest import pids_with_arg
+
+    below = set(tree(root))
+    return next((p for p in pids_with_arg(MARK + name) if p in below), None)
 
 
 # --- starting a head under reaper (test side) ---------------------------------------

@@ -33,9 +33,7 @@ def start(reaper, args, command, **kw) -> Reaper:
     return r
 
 
-def tagged(tag, n=1, timeout=30.0) -> list:
-    return wait_for(lambda: (lambda p: p if len(p) >= n else None)(bh.pids_tagged(tag)), timeout,
-                    what=f"{n} process(es) tagged {tag}")
+tagged = bh.wait_tagged
 
 
 def stop(r: Reaper, timeout=30.0) -> int:

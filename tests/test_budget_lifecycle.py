@@ -33,11 +33,6 @@ def started(reaper):
     return start
 
 
-def _tagged(tag: str, n: int = 1) -> list:
-    return wait_for(lambda: (lambda p: p if len(p) >= n else None)(bh.pids_tagged(tag)), 30,
-                    what=f"{n} process(es) tagged {tag}")
-
-
 def _leaf_of(pid: int) -> str:
     return wait_for(lambda: (lambda c: c if "reaper-strays." in c and c.rsplit("/", 1)[1].startswith("s") else None)
                     (bh.cpu_cgroup(pid)), 30, what=f"stray {pid} in a cgroup of its own")
@@ -48,7 +43,7 @@ def test_a_dead_strays_cgroup_is_removed_while_reaper_runs(started):
     tag = bh.marker()
     r = started(["-v", "--cpu-budget", "0.1", "--budget-action", "throttle", *FAST],
                 bh.orphans_then_sleep(bh.busy_argv(tag)))
-    (pid,) = _tagged(tag)
+    (pid,) = bh.wait_tagged(tag)
     leaf = V1_CPU + _leaf_of(pid)
     os.kill(pid, signal.SIGKILL)                      # ours: the test started it
     wait_for(lambda: not os.path.exists(leaf), 30, what=f"{leaf} to be removed")
@@ -60,7 +55,7 @@ def test_a_per_stray_and_a_total_budget_hold_together(started):
     tag = bh.marker()
     r = started(["--cpu-budget", "0.3", "--cpu-budget-total", "0.2", "--budget-action", "throttle", *FAST],
                 bh.orphans_then_sleep(*[bh.busy_argv(tag)] * 2))
-    pids = _tagged(tag, 2)
+    pids = bh.wait_tagged(tag, 2)
     for p in pids:                                    # in reaper's cgroup, under the total's quota
         wait_for(lambda: "reaper-strays." in bh.cpu_cgroup(p), 30, what=f"stray {p} throttled")
     base = V1_CPU + bh.cpu_cgroup(pids[0]).rsplit("/", 1)[0]
@@ -83,7 +78,7 @@ def test_a_stray_back_under_budget_is_resumed(started, tmp_path):
     code = BUSY_THEN_IDLE.replace("'", "'\\''")
     r = started(["-v", "--cpu-budget", "0.1", "--budget-action", "throttle", *FAST],
                 bh.orphans_then_sleep(f"{PYTHON} -c '{code}' {calm} {tag}"), preexec_fn=bh.readonly_cgroups)
-    (pid,) = _tagged(tag)
+    (pid,) = bh.wait_tagged(tag)
     wait_for(lambda: bh.stat(pid)["state"] == "T", 30, 0.01, what="the stray stopped by duty-cycling")
     calm.touch()
     # Its demand falls under the budget: released, never stopped again.
@@ -103,7 +98,7 @@ def test_a_process_that_stops_being_a_stray_is_let_go(started, tmp_path):
             "os.execv('/bin/sleep', ['sleep', '600'])\n").replace("'", "'\\''")
     r = started(["-v", "--cpu-budget", "0.1", "--budget-action", "throttle", "--stray-match", tag, *FAST],
                 ["sh", "-c", f"{PYTHON} -c '{code}' {leave} {tag} & exec sleep 600"])
-    (pid,) = _tagged(tag)
+    (pid,) = bh.wait_tagged(tag)
     leaf = V1_CPU + _leaf_of(pid)
     leave.touch()
     wait_for(lambda: "reaper-strays." not in bh.cpu_cgroup(pid), 30, what="the process moved back")

@@ -1,12 +1,11 @@
 """Point 6: at the end, SIGTERM to what is left, a grace period, SIGKILL, reap, exit."""
-import os
 import random
 import signal
 import subprocess
 
 import pytest
 
-from conftest import py, run_reaper, summary, wait_for
+from conftest import pids_with_arg, py, run_reaper, summary, wait_for
 
 
 def _leaver(log, handler_body="", ignore_term=False, main_code=3, detach=False):
@@ -135,20 +134,6 @@ signal.pause()
     assert summary(r.stderr)["drain"]["killed"] >= 1
 
 
-def _tagged(tag: str) -> list:
-    """Host pids of live processes whose argv holds tag."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                # A zombie's cmdline is empty: only live processes match.
-                if tag.encode() in open(f"/proc/{name}/cmdline", "rb").read().split(b"\0"):
-                    found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 @pytest.mark.parametrize("pid1", [True, False], ids=["pid1", "subreaper"])
 def test_nothing_survives_reaper(pid1):
     # Many processes, some ignoring SIGTERM, some daemonised: all gone when reaper exits.
@@ -158,7 +143,7 @@ def test_nothing_survives_reaper(pid1):
     child = ["sh", "-c", f"for i in 1 2 3 4 5; do (trap '' TERM; sleep {tag}) & setsid sleep {tag} & done; exit 0"]
     r = run_reaper(["--grace", "1", "--", *child], pid1=pid1, timeout=20)
     assert r.proc.returncode == 0
-    assert _tagged(tag) == []
+    assert pids_with_arg(tag) == []
     s = summary(r.stderr)
     assert s["drain"]["survived"] == 0
     assert s["drain"]["terminated"] + s["drain"]["killed"] >= 10
@@ -173,6 +158,6 @@ def test_descendants_forked_while_the_drain_kills_are_killed_too():
     child = ["sh", "-c", f"sh -c \"{forker}\" & sleep 0.3; exit 0"]
     r = run_reaper(["--grace", "0.5", "--", *child], pid1=False, timeout=30)
     assert r.proc.returncode == 0, r.stderr
-    assert _tagged(tag) == []
+    assert pids_with_arg(tag) == []
     assert summary(r.stderr)["drain"]["survived"] == 0
 
