@@ -9,6 +9,7 @@ ffi.cdef(
     """
     #define REAPER_EV_SIGNAL ...
     #define REAPER_EV_EXIT ...
+    #define REAPER_EV_STOP ...
     #define REAPER_WAIT_NO_CHILDREN ...
     #define REAPER_WAIT_MORE ...
     #define REAPER_MAX_SIGNAL ...
@@ -42,6 +43,7 @@ ffi.cdef(
         int watch_reaped;
         int watch_status;
         int report_all;
+        int report_stops;
         int self_pid;
         int forward_pid;
         int forward_group;
@@ -52,7 +54,7 @@ ffi.cdef(
     };
 
     int reaper_setup(void);
-    int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno);
+    int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid, int *exec_errno);
     int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                     struct reaper_event *events, int cap, int *state);
     int reaper_set_subreaper(void);

@@ -57,18 +57,15 @@ static void remember_invoker_dispositions(void)
 int reaper_setup(void)
 {
     sigset_t handled;
-    struct sigaction dfl = {.sa_handler = SIG_DFL}, ign = {.sa_handler = SIG_IGN};
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
 
     remember_invoker_dispositions();
 
-    /* sigfillset leaves out glibc's two reserved real-time signals (32, 33). */
+    /* sigfillset leaves out glibc's two reserved real-time signals (32, 33).
+     * SIGTTIN and SIGTTOU are handled like the rest (forwarded, for job control):
+     * blocked, they also never stop reaper for writing a log line to a terminal
+     * it does not own (the kernel treats a blocked TTOU like an ignored one). */
     sigfillset(&handled);
-    /* TTIN/TTOU are ignored, not forwarded: reaper must never be stopped for
-     * writing a log line to a terminal it does not own (tini does the same). */
-    sigdelset(&handled, SIGTTIN);
-    sigdelset(&handled, SIGTTOU);
-    sigaction(SIGTTIN, &ign, NULL);
-    sigaction(SIGTTOU, &ign, NULL);
 
     int rc = pthread_sigmask(SIG_BLOCK, &handled, &invoker_mask);
     if (rc != 0)
@@ -78,7 +75,7 @@ int reaper_setup(void)
      * inherited SIG_IGN for SIGCHLD would make the kernel reap children itself
      * and hide the main child's status from us. */
     for (int sig = 1; sig < _NSIG; sig++)
-        if (sig != SIGTTIN && sig != SIGTTOU && sig != SIGKILL && sig != SIGSTOP)
+        if (sig != SIGKILL && sig != SIGSTOP)
             sigaction(sig, &dfl, NULL);
 
     int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -109,6 +106,15 @@ static void restore_invoker_signals(void)
     pthread_sigmask(SIG_SETMASK, &invoker_mask, NULL);
 }
 
+static void restore_cwd(int cwdfd)
+{
+    if (cwdfd >= 0) {
+        int unused = fchdir(cwdfd);
+        (void)unused;
+        close(cwdfd);
+    }
+}
+
 static int exec_failure_status(int err)
 {
     if (err == ENOENT || err == ENOTDIR)
@@ -118,24 +124,14 @@ static int exec_failure_status(int err)
     return 1;
 }
 
-/* Only async-signal-safe calls between fork and exec. */
-static void become_child(char *const argv[], int own_group, int take_tty, int errfd)
+/* The child fails before or at exec: tell the parent through the pipe, or say
+ * it ourselves when there is no pipe (no fd was free for it). */
+static void child_failed(char *const argv[], int err, int errfd)
 {
-    if (own_group) {
-        setpgid(0, 0);
-        /* In the child, not the parent: the child must own the terminal
-         * before it execs and reads from it. SIGTTOU is ignored here. */
-        if (take_tty && isatty(STDIN_FILENO))
-            tcsetpgrp(STDIN_FILENO, getpid());
-    }
-    restore_invoker_signals();
-    execvp(argv[0], argv);
-    int err = errno;
     ssize_t unused;
     if (errfd >= 0) {
         unused = write(errfd, &err, sizeof err);
     } else {
-        /* No pipe to tell the parent (no fd was free for it): say it ourselves. */
         const char *what = strerror(err);
         struct iovec line[] = {{"reaper: cannot run ", 19}, {argv[0], strlen(argv[0])},
                                {": ", 2}, {(char *)what, strlen(what)}, {"\n", 1}};
@@ -145,10 +141,48 @@ static void become_child(char *const argv[], int own_group, int take_tty, int er
     _exit(exec_failure_status(err));
 }
 
+/* systemd socket activation through an init: LISTEN_PID named reaper, the
+ * sockets are the child's now. Rewritten in place, without malloc. */
+static void rewrite_listen_pid(void)
+{
+    static char entry[32] = "LISTEN_PID=";
+    char digits[16];
+    int len = 0;
+    for (unsigned long pid = (unsigned long)getpid(); len == 0 || pid > 0; pid /= 10)
+        digits[len++] = (char)('0' + pid % 10);
+    for (int i = 0; i < len; i++)
+        entry[11 + i] = digits[len - 1 - i];
+    entry[11 + len] = '\0';
+    for (char **e = environ; e != NULL && *e != NULL; e++)
+        if (strncmp(*e, "LISTEN_PID=", 11) == 0)
+            *e = entry;
+}
+
+/* Only async-signal-safe calls between fork and exec. */
+static void become_child(char *const argv[], int own_group, int take_tty, int listen_pid,
+                         int cwdfd, int errfd)
+{
+    /* Back to the directory reaper was started in (the parent left it before the fork). */
+    if (cwdfd >= 0 && fchdir(cwdfd) < 0)
+        child_failed(argv, errno, errfd);
+    if (own_group) {
+        setpgid(0, 0);
+        /* In the child, not the parent: the child must own the terminal
+         * before it execs and reads from it. SIGTTOU is blocked here. */
+        if (take_tty && isatty(STDIN_FILENO))
+            tcsetpgrp(STDIN_FILENO, getpid());
+    }
+    if (listen_pid)
+        rewrite_listen_pid();
+    restore_invoker_signals();
+    execvp(argv[0], argv);
+    child_failed(argv, errno, errfd);
+}
+
 /* Returns the child's pid, or -errno if fork failed. *exec_errno is 0 when
  * the child exec'd, or the errno of the failed exec (the child then exits
  * 127/126 by itself). */
-int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno)
+int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid, int *exec_errno)
 {
     int errpipe[2];
     *exec_errno = 0;
@@ -159,6 +193,14 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
             return -errno;
         errpipe[0] = errpipe[1] = -1;
     }
+    /* reaper's own cwd is / before the child can run (it must never pin a mount
+     * the child may want to unmount); the child goes back to the start directory.
+     * Without an fd for it, reaper changes directory after the spawn instead. */
+    int cwdfd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (cwdfd >= 0 && chdir("/") < 0) {
+        close(cwdfd);
+        cwdfd = -1;
+    }
 
     pid_t pid = fork();
     if (pid < 0) {
@@ -167,20 +209,24 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
             close(errpipe[0]);
             close(errpipe[1]);
         }
+        restore_cwd(cwdfd);
         return -err;
     }
     if (pid == 0) {
         if (errpipe[0] >= 0)
             close(errpipe[0]);
-        become_child(argv, own_group, take_tty, errpipe[1]);
+        become_child(argv, own_group, take_tty, listen_pid, cwdfd, errpipe[1]);
     }
     /* setpgid in both processes: whichever runs first creates the group, so a
      * signal forwarded to -pid right after we return always has a target.
      * EACCES means the child already exec'd, having done it itself. */
     if (own_group)
         setpgid(pid, pid);
-    if (errpipe[0] < 0)
+    if (errpipe[0] < 0) {
+        if (cwdfd >= 0)
+            close(cwdfd);
         return pid;
+    }
     close(errpipe[1]);
 
     /* The pipe closes on a successful exec (CLOEXEC) or carries its errno. */
@@ -190,8 +236,12 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errn
         got = read(errpipe[0], &err, sizeof err);
     while (got < 0 && errno == EINTR);
     close(errpipe[0]);
-    if (got == (ssize_t)sizeof err)
+    if (got == (ssize_t)sizeof err) {
         *exec_errno = err;
+        restore_cwd(cwdfd);    /* reaper exits now: its message names paths as given */
+    } else if (cwdfd >= 0) {
+        close(cwdfd);
+    }
     return pid;
 }
 
@@ -280,7 +330,7 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
     while (*n < cap) {
         int status;
         struct rusage ru;
-        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        pid_t pid = wait4(-1, &status, WNOHANG | (spec->report_stops ? WUNTRACED : 0), &ru);
         if (pid == 0)
             return;
         if (pid < 0) {
@@ -291,6 +341,20 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
             return;
         }
         int64_t now = monotonic_ns();
+        if (WIFSTOPPED(status)) {
+            /* Reported once per stop; only the main child's matters (job control). */
+            if (pid == spec->watch_pid) {
+                struct reaper_event *ev = &events[(*n)++];
+                memset(ev, 0, sizeof *ev);
+                ev->kind = REAPER_EV_STOP;
+                ev->pid = pid;
+                ev->signo = WSTOPSIG(status);
+                ev->code = status;
+                ev->woke_ns = woke;
+                ev->at_ns = now;
+            }
+            continue;
+        }
         if (pid == spec->watch_pid) {
             /* Recorded here, before Python sees the event: the status is the
              * one thing reaper must never lose. The pid is free from now on. */

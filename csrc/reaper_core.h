@@ -7,6 +7,7 @@
 
 #define REAPER_EV_SIGNAL 1 /* a signal was read from the signalfd */
 #define REAPER_EV_EXIT   2 /* a child was reaped */
+#define REAPER_EV_STOP   3 /* the main child was stopped (signo: the stop signal); only with report_stops */
 
 struct reaper_event {
     int kind;          /* REAPER_EV_SIGNAL or REAPER_EV_EXIT */
@@ -47,6 +48,7 @@ struct reaper_waitspec {
     int watch_reaped;     /* set by reaper_wait when watch_pid was reaped... */
     int watch_status;     /* ...with its wait status: kept in C, so it survives any failure in Python */
     int report_all;       /* every reaped child is an event */
+    int report_stops;     /* wait with WUNTRACED: a stop of watch_pid is an event, other stops are skipped */
     int self_pid;         /* reaper's pid: signals it raised itself are not forwarded */
     int forward_pid;      /* the main child; 0: forward nothing (cleared when it is reaped) */
     int forward_group;    /* signal its process group, or the child if the group is gone */
@@ -61,7 +63,7 @@ struct reaper_waitspec {
 #define REAPER_WAIT_MORE        2 /* the buffer filled up: call again at once */
 
 int reaper_setup(void);
-int reaper_spawn(char *const argv[], int own_group, int take_tty, int *exec_errno);
+int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid, int *exec_errno);
 int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                 struct reaper_event *events, int cap, int *state);
 int reaper_set_subreaper(void);

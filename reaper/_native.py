@@ -8,6 +8,7 @@ from reaper._core import ffi, lib
 
 EV_SIGNAL = lib.REAPER_EV_SIGNAL
 EV_EXIT = lib.REAPER_EV_EXIT
+EV_STOP = lib.REAPER_EV_STOP
 BATCH = 512
 MAX_WAIT_MS = 2**31 - 1      # poll() takes an int: a longer wait is cut to this and recomputed
 
@@ -34,12 +35,15 @@ def setup() -> int:
     return _check(lib.reaper_setup())
 
 
-def spawn(argv: list[str], own_group: bool, take_tty: bool) -> tuple[int, int]:
-    """Fork and exec argv; returns (pid, exec_errno), exec_errno 0 on success."""
+def spawn(argv: list[str], own_group: bool, take_tty: bool, listen_pid: bool = False) -> tuple[int, int]:
+    """Fork and exec argv; returns (pid, exec_errno), exec_errno 0 on success.
+    reaper's cwd is / from before the fork on (the child keeps the start directory),
+    unless no fd was free to hold it; after a failed exec it is back where it was.
+    listen_pid: the child's LISTEN_PID becomes the child's own pid."""
     keep = [ffi.new("char[]", os.fsencode(a)) for a in argv]
     c_argv = ffi.new("char *[]", keep + [ffi.NULL])
     exec_errno = ffi.new("int *")
-    pid = _check(lib.reaper_spawn(c_argv, int(own_group), int(take_tty), exec_errno))
+    pid = _check(lib.reaper_spawn(c_argv, int(own_group), int(take_tty), int(listen_pid), exec_errno))
     return pid, exec_errno[0]
 
 
@@ -61,12 +65,14 @@ class Waiter:
         self.totals = self.spec.totals      # a live view of the C counters
         self.spec.self_pid = os.getpid()
 
-    def watch(self, pid: int, report_all: bool) -> None:
+    def watch(self, pid: int, report_all: bool, report_stops: bool = False) -> None:
         """pid's exit is always an event; report_all makes every exit one. Its wait
-        status is also kept in spec.watch_status once spec.watch_reaped is set."""
+        status is also kept in spec.watch_status once spec.watch_reaped is set.
+        report_stops: pid's stops are events too (EV_STOP, signo the stop signal)."""
         self.spec.watch_reaped = 0
         self.spec.watch_pid = pid
         self.spec.report_all = int(report_all)
+        self.spec.report_stops = int(report_stops)
 
     def forward(self, pid: int, group: bool, table: dict) -> None:
         """Forward signals to pid (or its group) from C: table maps each signal

@@ -114,7 +114,8 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
 
         waiter = _native.Waiter(sfd, REAP_LATENCY_BUCKETS)
         # Orphans are counted in C, unless each one must be seen (-w, debug log).
-        waiter.watch(main_pid, cfg.warn_on_reap or log.enabled(DEBUG))
+        # Not PID 1, the main child's stops are seen too (job control follows them).
+        waiter.watch(main_pid, cfg.warn_on_reap or log.enabled(DEBUG), bool(main_pid) and os.getpid() != 1)
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
         if stats is None:
@@ -163,7 +164,8 @@ def minimal_loop(cfg, waiter, main_pid: int, deadline=None) -> int:
     import _signal as sig    # built in: needs no file, so it imports even at EMFILE
 
     spec = waiter.spec
-    if not spec.watch_reaped:
+    pause = getattr(cfg, "pause", False)
+    if not spec.watch_reaped and main_pid:
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
     term_sent = killed = False
     rescan_at = None
@@ -172,24 +174,30 @@ def minimal_loop(cfg, waiter, main_pid: int, deadline=None) -> int:
         now = time.monotonic()
         if spec.watch_reaped and deadline is None:
             deadline = now + cfg.grace
+        if deadline is not None and getattr(cfg, "no_drain", False):
+            return 0 if pause else exit_status(cfg, spec.watch_status)
         if deadline is not None and not term_sent:
             signal_rest(sig.SIGTERM, main_pid)
-            signal_rest(sig.SIGCONT, main_pid)
+            continue_stopped(sig.SIGCONT, main_pid)
             term_sent = True
         due = deadline if rescan_at is None else min(deadline, rescan_at)
         try:
-            _, no_children, more = waiter.wait(0 if more else _native.ms_until(due))
+            events, no_children, more = waiter.wait(0 if more else _native.ms_until(due))
         except OSError:
             time.sleep(0.01)
+            continue
+        if pause and deadline is None and any(
+                ev.kind == _native.EV_SIGNAL and ev.signo in (sig.SIGTERM, sig.SIGINT) for ev in events):
+            deadline = time.monotonic() + cfg.grace          # pause mode ends on SIGTERM/SIGINT
             continue
         if deadline is None:
             continue
         now = time.monotonic()
-        if no_children and spec.watch_reaped:
-            return exit_status(cfg, spec.watch_status)
+        if no_children and (spec.watch_reaped or pause):
+            return 0 if pause else exit_status(cfg, spec.watch_status)
         if now >= deadline:
             if killed:
-                return exit_status(cfg, spec.watch_status)   # survivors: nothing more to do
+                return 0 if pause else exit_status(cfg, spec.watch_status)   # survivors: nothing more to do
             killed = True
             deadline = now + KILL_WAIT
             rescan_at = now
@@ -218,13 +226,44 @@ def signal_rest(signo: int, main_group: int) -> None:
     (its own cannot be recycled under it) and the main child's group."""
     if os.getpid() == 1:
         targets = [-1]       # PID 1 of its own namespace: "everyone but me"
-    else:
-        targets = [-main_group, *own_children()]
+    else:                    # (no group in pause mode: -0 would be reaper's own)
+        targets = [-main_group] * bool(main_group) + own_children()
     for pid in targets:
         try:
             os.kill(pid, signo)
         except OSError:
             pass
+
+
+def continue_stopped(sigcont: int, main_group: int) -> None:
+    """SIGCONT to the stopped processes of the drain's scope (state T in /proc), so
+    that they can act on SIGTERM; without /proc, to all of it."""
+    me = os.getpid()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        names = []
+    if not names or not os.path.exists("/proc/self/stat"):
+        signal_rest(sigcont, main_group)
+        return
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                fields = os.read(fd, 1024).rpartition(b")")[2].split()
+            finally:
+                os.close(fd)
+            state, ppid, pgrp = fields[0], int(fields[1]), int(fields[2])
+        except (OSError, ValueError, IndexError):
+            continue
+        in_scope = me == 1 or ppid == me or (main_group and pgrp == main_group)
+        if in_scope and state in (b"T", b"t"):
+            try:
+                os.kill(int(name), sigcont)
+            except OSError:
+                pass
 
 
 def own_children() -> list:
@@ -240,13 +279,21 @@ def own_children() -> list:
 
 # --- the summary -------------------------------------------------------------------
 
+def news(summary: dict) -> bool:
+    """True when reaper did something beyond passing the child through: reaped an
+    orphan, drained a process, acted on a budget, switched a piece off, lost a line."""
+    return bool(summary["orphans"] or any(summary["drain"].values()) or
+                any(summary["budget_actions"].values()) or summary["policy_errors"] or
+                summary.get("log_lines_dropped"))
+
 def _summarise(cfg, stats, log) -> None:
     import json
 
     summary = stats.summary()
     summary["log_lines_dropped"] = log.dropped
     line = json.dumps(summary, sort_keys=True)
-    log.info(f"summary {line}")
+    # On stderr: always with -v; at the default level only when there is news.
+    log.summary(f"summary {line}", news(summary))
     if cfg.summary_file:
         tmp = f"{cfg.summary_file}.tmp{os.getpid()}"
         try:

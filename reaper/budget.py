@@ -155,7 +155,8 @@ class Enforcer:
 
     @property
     def draining(self) -> bool:
-        return not getattr(self.scope, "watch", False) and self.scope.main_pid is None
+        # The supervisor's phase (pause mode has no main child at all).
+        return not getattr(self.scope, "watch", False) and getattr(self.scope, "phase", "running") != "running"
 
     def sample(self, now: float) -> None:
         cfg = self.cfg

@@ -49,6 +49,10 @@ def main(argv=None) -> int:
         from reaper import __version__
 
         return options.write_stdout(f"reaper {__version__}\n", closed=sfd == 1)
+    except options.LicenseRequested:
+        from reaper._license import LICENSE
+
+        return options.write_stdout(LICENSE, closed=sfd == 1)
     except options.UsageError as e:
         return _usage_error(str(e))
     return _run(cfg, sfd, inherited)
@@ -97,9 +101,16 @@ def _run(cfg, sfd: int, inherited: list) -> int:
     if cfg.pdeath_signal:
         _native.set_pdeathsig(cfg.pdeath_signal)
 
+    from reaper import boundary
+
+    if cfg.pause:    # catatonit's -P: no child; the same boundary from here on
+        return boundary.supervise(cfg, log, stats, sfd, 0, _policy(cfg, log, exporter, 0, inherited))
+
     own_group = True
+    # systemd socket activation through an init: the sockets are the child's.
+    listen_pid = os.environ.get("LISTEN_PID") == str(os.getpid())
     try:
-        pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0))
+        pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0), listen_pid)
     except OSError as e:             # fork failed: EAGAIN (pids limit), ENOMEM
         log.error(f"cannot start {quoted(cfg.command[0])}: {e.strerror}")
         return 1
@@ -109,8 +120,6 @@ def _run(cfg, sfd: int, inherited: list) -> int:
         return 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
 
     # The child runs. From here on the failure boundary holds (reaper/boundary.py).
-    from reaper import boundary
-
     return boundary.supervise(cfg, log, stats, sfd, pid, _policy(cfg, log, exporter, pid, inherited))
 
 
@@ -132,9 +141,12 @@ def _policy(cfg, log, exporter, pid: int, inherited: list):
     under its guard (a piece that fails is switched off, reaper goes on)."""
     def start(policy, sup) -> None:
         stats = sup.stats
-        policy.call("statistics", _note_main, stats, pid, cfg.command)
+        if pid:
+            policy.call("statistics", _note_main, stats, pid, cfg.command)
+        else:
+            stats.main_state = "none"
         policy.call("hygiene", _after_spawn, inherited)
-        policy.call("title", _set_title, cfg.command)
+        policy.call("title", _set_title, cfg.command or ["pause"])
         policy.call("oom", _protect_from_oom, log)
         if exporter is not None:
             policy.start("metrics", lambda: exporter.start(sup), getattr(exporter, "abort", None))
@@ -152,6 +164,8 @@ def _note_main(stats, pid: int, command: list) -> None:
 
 
 def _after_spawn(inherited: list) -> None:
+    # The C spawn left the start directory before the fork; this is for when it
+    # could not (no fd free to hold it) and for pause mode.
     os.chdir("/")                          # never pin a mount the child may want to unmount
     for fd in inherited:                   # the child keeps them; reaper must not hold them open
         try:

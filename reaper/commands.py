@@ -186,7 +186,10 @@ def render(samples) -> str:
     start = v.get("reaper_start_time_seconds")
     up = _dur(time.time() - start) if start else "?"
     phase = [k for k, n in v.by("reaper_phase", "phase").items() if n]
-    head = f"reaper {info.labels.get('version', '?') if info else '?'} ({mode}), pid {_n(v.get('reaper_pid'))}, up {up}"
+    pid = v.get("reaper_pid")
+    # init: PID 1 of its namespace; subreaper: reaper not PID 1; watch: the sidecar.
+    role = "watch" if mode == "watch" else "init" if pid == 1 else "subreaper"
+    head = f"reaper {info.labels.get('version', '?') if info else '?'} ({role}), pid {_n(pid)}, up {up}"
     if phase:
         head += f", phase {phase[0]}"
     lines.append(head)
@@ -196,7 +199,7 @@ def render(samples) -> str:
 
     if mode == "init":
         state = [k for k, n in v.by("reaper_main_child_state", "state").items() if n]
-        text = state[0] if state else "?"
+        text = state[0] if state else "none (pause mode)"
         outcome = [k for k, n in v.by("reaper_main_child_outcome", "outcome").items() if n]
         if v.get("reaper_main_child_exit_code") is not None:
             text += f", exit code {_n(v.get('reaper_main_child_exit_code'))}" + (f" ({outcome[0]})" if outcome else "")
@@ -209,7 +212,8 @@ def render(samples) -> str:
     if count:
         p50, p99 = _quantile(buckets, 0.5), _quantile(buckets, 0.99)
         mean = (v.get("reaper_reap_latency_seconds_sum") or 0) / count
-        row("reap latency", f"mean {_seconds(mean)}, p50 <= {_seconds(p50)}, p99 <= {_seconds(p99)} ({_n(count)} reaps)")
+        row("reap latency", f"mean {_seconds(mean)}, p50 <= {_seconds(p50)}, p99 <= {_seconds(p99)} "
+                            f"over {_n(count)} {'reap' if count == 1 else 'reaps'}")
     zombies = v.get("reaper_zombies")
     parents = [(s.labels.get("parent_name", ""), s.labels.get("parent_pid", ""), s.value)
                for s in v.rows("reaper_zombies_by_parent")]
@@ -223,9 +227,8 @@ def render(samples) -> str:
     row("signals", f"received: {_pairs(v.by('reaper_signals_received_total', 'signal'))}; "
                    f"forwarded: {_pairs(v.by('reaper_signals_forwarded_total', 'signal'))}")
     if mode == "init":
-        row("drain", _pairs(v.by("reaper_drain_processes_total", "result")) +
-            (f" in {_seconds(v.get('reaper_drain_duration_seconds'))}"
-             if v.get("reaper_drain_duration_seconds") is not None else ""))
+        paused = not [k for k, n in v.by("reaper_main_child_state", "state").items() if n]
+        row("drain", _drain(v, phase[0] if phase else "", paused))
     budget = v.rows("reaper_budget_info")
     text = f"stray CPU {_seconds(v.get('reaper_stray_cpu_seconds_total') or 0)}"
     if budget:
@@ -247,10 +250,11 @@ def render(samples) -> str:
                         f"seconds saturated: {_pairs({f'cpu{k}': n for k, n in sat.items()}, _seconds)}")
     mem = v.get("reaper_node_cgroups", controller="memory")
     if v.get("reaper_node_memory_cgroups_available") is not None:
-        text = f"memory {_n(mem)} in /proc/cgroups" if mem is not None else "memory: not listed in /proc/cgroups"
+        text = f"{_n(mem)} memory cgroups on the node (/proc/cgroups, dying ones included)" if mem is not None \
+            else "memory controller not listed in /proc/cgroups"
         visible = v.get("reaper_visible_memory_cgroups")
         if visible is not None:
-            text += f", {_n(visible)} visible"
+            text += f", {_n(visible)} visible to reaper"
         row("cgroups", text)
     if v.get("reaper_cgroup_pids_available"):
         row("pids", f"{_n(v.get('reaper_cgroup_pids'))} / {_n(v.get('reaper_cgroup_pids_max'))} (reaper's cgroup)")
@@ -259,6 +263,24 @@ def render(samples) -> str:
     if cpu is not None:
         row("self", f"CPU {_seconds(cpu)}" + (f", RSS {rss / 2**20:.1f} MiB" if rss else ""))
     return "\n".join(lines) + "\n"
+
+
+def _drain(v, phase: str, paused: bool = False) -> str:
+    """What the end-of-life drain did, in words."""
+    took = v.get("reaper_drain_duration_seconds")
+    if phase in ("running", "") and took is None:
+        return "not started (it runs when " + \
+            ("SIGTERM or SIGINT ends pause mode)" if paused else "the main child exits)")
+    counts = v.by("reaper_drain_processes_total", "result")
+    words = (("terminated", "ended after SIGTERM"), ("killed", "killed by SIGKILL"),
+             ("survived", "survived SIGKILL"), ("not_permitted", "not permitted to signal"))
+    parts = [f"{_n(counts[k])} {w}" for k, w in words if counts.get(k)]
+    text = ", ".join(parts) if parts else "nothing was left to stop"
+    if took is not None:
+        text += f"; took {_seconds(took)}"
+    elif phase in ("draining", "killing"):
+        text += f" so far ({phase})"
+    return text
 
 
 # --- reaper watch -------------------------------------------------------------------
@@ -287,9 +309,11 @@ def _watch_config(argv: list):
     p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
                    help="show this help and exit")
     p.add_argument("-v", "--verbose", dest="verbosity", action="count", default=None,
-                   help="more log output: each -v adds one to the default level (2, info); "
-                        "given, it overrides REAPER_VERBOSITY")
-    picked = [o for o in options.OPTIONS if o.section in ("metrics", "budget") and o.dest != "summary_file"]
+                   help="log more: each -v adds one to the default level (1: errors and "
+                        "warnings; 2 adds events, 3 debug); given, it overrides REAPER_VERBOSITY")
+    # The metrics and budget options, and --grace: terminate's delay from SIGTERM to SIGKILL.
+    picked = [o for o in options.OPTIONS if (o.section in ("metrics", "budget") and o.dest != "summary_file")
+              or o.dest == "grace"]
     for o in picked:
         flag = "--" + o.long
         if o.kind == "flag":
@@ -303,7 +327,9 @@ def _watch_config(argv: list):
             p.add_argument(flag, dest=o.dest, action="append", type=_typed(o.parse), metavar=o.metavar,
                            default=None, help=o.help)
         else:
-            p.add_argument(flag, dest=o.dest, type=_typed(o.parse), metavar=o.metavar, default=None, help=o.help)
+            text = "seconds between the terminate action's SIGTERM and its SIGKILL (5)" \
+                if o.dest == "grace" else o.help
+            p.add_argument(flag, dest=o.dest, type=_typed(o.parse), metavar=o.metavar, default=None, help=text)
     try:
         args = p.parse_args(argv)
     except _Usage as e:             # argparse quotes some values, not all: no surrogate may pass

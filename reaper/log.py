@@ -126,17 +126,17 @@ def _room(fd: int) -> bool:
 
 
 class Log:
-    def __init__(self, verbosity: int = 2) -> None:
+    def __init__(self, verbosity: int = 1) -> None:
         self.verbosity = verbosity
         self.pid = os.getpid()
         self.dropped = 0                            # lines stderr could not take
         self._out = _Stderr()
         self._repeats: dict = {}                    # key -> [first seen, count since printed, level, msg]
 
-    def _emit(self, level: int, msg: str) -> None:
+    def _emit(self, level: int, msg: str, label: int = -1) -> None:
         if level > self.verbosity and level != ERROR:
             return
-        data = f"reaper[{self.pid}]: {_NAMES[level]} {msg}".encode(errors="backslashreplace")
+        data = f"reaper[{self.pid}]: {_NAMES[level if label < 0 else label]} {msg}".encode(errors="backslashreplace")
         if len(data) >= MAX_LINE:
             data = data[:MAX_LINE - 4] + b"..."
         if not self._out.write(data + b"\n"):
@@ -153,6 +153,11 @@ class Log:
 
     def debug(self, msg: str) -> None:
         self._emit(DEBUG, msg)
+
+    def summary(self, msg: str, news: bool) -> None:
+        """The exit summary: an INFO line, printed at the default level too (warnings)
+        when there is news; nothing with -q."""
+        self._emit(WARN if news else INFO, msg, label=INFO)
 
     def enabled(self, level: int) -> bool:
         return level <= self.verbosity

@@ -39,8 +39,10 @@ class Config:
     remap_exit = frozenset()
     pdeath_signal = 0
     warn_on_reap = False
-    verbosity = 2                 # 0 error, 1 warn, 2 info (default), 3 debug
+    verbosity = 1                 # 0 errors, 1 warnings and news (default), 2 events, 3 debug
     grace = 5.0
+    no_drain = False
+    pause = False
     exit_zero_on_stop = False
     # CPU budgets for strays
     cpu_budget = None
@@ -293,13 +295,22 @@ OPTIONS = (
            "SIG", _pdeath_signal, env=("REAPER_PDEATH_SIGNAL",)),
     Option("warn-on-reap", "w", "warn_on_reap", "flag", "log a warning for every orphan reaped",
            env=("REAPER_WARN_ON_REAP",)),
-    Option("verbose", "v", "verbosity", "count", "more log output: debug (0 error, 1 warn, 2 info is the default)",
+    Option("verbose", "v", "verbosity", "count",
+           "log more: -v adds a line per event (child exit, drain), -vv debug",
            env=("REAPER_VERBOSITY", "TINI_VERBOSITY")),
+    Option("quiet", "q", "verbosity", "quiet",
+           "log errors only: no warnings, no summary (as REAPER_VERBOSITY=0)", env=("REAPER_QUIET",)),
     Option("rewrite", "r", "rewrite", "list", "forward signal S as R; R=0 drops it (repeatable)",
            "S:R", _rewrite, env=("REAPER_REWRITE",)),
     Option("grace", "", "grace", "value",
            "seconds remaining processes get between SIGTERM and SIGKILL after the child exits (0: none)",
            "SECONDS", _seconds_non_negative, env=("REAPER_GRACE",)),
+    Option("no-drain", "", "no_drain", "flag",
+           "when the child exits, leave the other processes alone (as PID 1 the kernel "
+           "then kills them all)", env=("REAPER_NO_DRAIN",)),
+    Option("pause", "P", "pause", "flag",
+           "no COMMAND: reap (and serve metrics, budgets) until SIGTERM or SIGINT, then "
+           "drain and exit 0", env=("REAPER_PAUSE",)),
     Option("exit-zero-on-stop", "", "exit_zero_on_stop", "flag",
            "exit 0 when the child ends after reaper forwarded it SIGTERM (a requested stop)",
            env=("REAPER_EXIT_ZERO_ON_STOP",)),
@@ -390,6 +401,10 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
         on = True if raw is None else _env_flag(origin, raw)
         setattr(cfg, opt.dest, on if opt.kind == "flag" else not on)
         return
+    if opt.kind == "quiet":
+        if raw is None or _env_flag(origin, raw):
+            setattr(cfg, opt.dest, 0)
+        return
     if opt.kind == "count":
         if raw is None:
             setattr(cfg, opt.dest, getattr(cfg, opt.dest) + 1)
@@ -397,7 +412,8 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
         top = _MAX_VERBOSITY.get(origin, 3)
         if not digits(raw.strip()) or int(raw) > top:
             raise UsageError(f"{origin}={quoted(raw)}: expected a level from 0 (errors only) to {top} (debug)")
-        setattr(cfg, opt.dest, int(raw))
+        # Both scales: 0 errors, 1 warnings (the default), 2 info, 3 debug; tini's 4 (trace) is debug.
+        setattr(cfg, opt.dest, min(int(raw), 3))
         return
     if opt.metavar == "":     # --metrics: a flag that sets a value
         if raw is not None and origin.startswith("REAPER_") and not _env_flag(origin, raw):
@@ -431,6 +447,8 @@ def parse(argv: list, environ: "dict | None" = None) -> Config:
     given = {}
     for opt, flag, value in opts:
         given.setdefault(opt.dest, []).append((opt, value, flag))
+    if "verbosity" in given:                       # -q/-v given: the variables are not read,
+        cfg.verbosity = Config.verbosity           # each -v adds one to the default
 
     # Environment first, then flags override it.
     for opt in OPTIONS:
@@ -444,8 +462,12 @@ def parse(argv: list, environ: "dict | None" = None) -> Config:
         if uses[0][0].kind == "list":
             setattr(cfg, dest, [])
         for opt, value, flag in uses:
-            _apply(cfg, opt, None if opt.kind in ("flag", "count", "off") else value, flag)
+            _apply(cfg, opt, None if opt.kind in ("flag", "count", "off", "quiet") else value, flag)
 
+    if cfg.pause:
+        if rest:
+            raise UsageError(f"--pause takes no command (got {quoted(rest[0])})")
+        return _finish(cfg)
     if not rest:
         raise UsageError("no command given")
     cfg.command = rest
@@ -477,8 +499,9 @@ def _scan(argv: list) -> tuple:
             break
         if arg.startswith("--"):
             name, eq, value = arg.partition("=")
-            if name in ("--help", "--version"):
-                raise HelpRequested() if name == "--help" else VersionRequested()
+            if name in ("--help", "--version", "--license"):
+                raise {"--help": HelpRequested, "--version": VersionRequested,
+                       "--license": LicenseRequested}[name]()
             opt = _LONG.get(name)
             if opt is None:
                 raise UsageError(f"unknown option {display(name)}")
@@ -496,8 +519,8 @@ def _scan(argv: list) -> tuple:
         j = 1                              # a cluster of short flags: -gw, -e143, -e 143
         while j < len(arg):
             flag = "-" + arg[j]
-            if flag in ("-h", "-V"):
-                raise HelpRequested() if flag == "-h" else VersionRequested()
+            if flag in ("-h", "-V", "-l"):
+                raise {"-h": HelpRequested, "-V": VersionRequested, "-l": LicenseRequested}[flag]()
             opt = _SHORT.get(flag)
             if opt is None:
                 raise UsageError(f"unknown option {display(flag)}")
@@ -552,6 +575,10 @@ class VersionRequested(Exception):
     pass
 
 
+class LicenseRequested(Exception):
+    """tini's -l: print the license and exit."""
+
+
 _SECTIONS = (("core", "Options"), ("budget", "CPU budgets for stray processes"),
              ("metrics", "Statistics"))
 
@@ -559,20 +586,30 @@ _SECTIONS = (("core", "Options"), ("budget", "CPU budgets for stray processes"),
 def help_text() -> str:
     lines = [
         "usage: reaper [OPTIONS] [--] COMMAND [ARGS...]",
+        "       reaper -P [OPTIONS]                  (pause mode: no command)",
         "       reaper stats [--url URL | --file PATH]",
         "       reaper watch [OPTIONS]",
         "",
         "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits",
         "with COMMAND's status. Every option also reads a REAPER_* environment variable.",
-        f"SECONDS are at most {MAX_SECONDS} (one week).",
+        f"SECONDS are at most {MAX_SECONDS} (one week). Quiet by default: errors, warnings and,",
+        "when reaper did something (reaped an orphan, drained, acted on a budget), one",
+        "summary line at exit.",
     ]
+    rows = []
     for section, title in _SECTIONS:
-        lines += ["", title + ":"]
+        rows.append(("", title + ":"))
         for o in OPTIONS:
             if o.section != section:
                 continue
             flag = (f"-{o.short}, " if o.short else "    ") + f"--{o.long}" + (f" {o.metavar}" if o.metavar else "")
-            lines.append(f"  {flag:<30} {o.help}  [{o.env[0]}]")
-    lines += ["", "  -h, --help                     show this help and exit",
-              "  -V, --version                  show the version and exit"]
+            rows.append((flag, o.help + (f"  [{o.env[0]}]" if o.env else "")))
+    rows += [("", ""), ("-h, --help", "show this help and exit"), ("-V, --version", "show the version and exit"),
+             ("-l, --license", "show the license and exit")]
+    width = max(len(f) for f, _ in rows) + 2
+    for flag, text in rows:
+        if not flag:
+            lines += ["", text] if text else [""]
+        else:
+            lines.append(f"  {flag:<{width}}{text}")
     return "\n".join(lines) + "\n"

@@ -35,8 +35,6 @@ def not_forwarded(signo: int) -> "str | None":
         return "it can never be caught"
     if signo == signal.SIGCHLD:
         return "reaper never forwards it (it only wakes the reaping loop)"
-    if signo in (signal.SIGTTIN, signal.SIGTTOU):
-        return "reaper ignores it and never forwards it"
     if signo in RESERVED:
         return "it is reserved by glibc for its threads: reaper cannot receive it"
     return None

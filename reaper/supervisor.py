@@ -15,7 +15,7 @@ import time
 from typing import Optional
 
 from reaper import signals
-from reaper._native import EV_EXIT, ms_until
+from reaper._native import EV_EXIT, EV_SIGNAL, EV_STOP, ms_until
 from reaper.boundary import own_children
 from reaper.log import DEBUG, ERROR, INFO, Log
 from reaper.options import Config
@@ -26,6 +26,27 @@ RESCAN_FIRST = 0.05      # as subreaper, look for late children this soon after 
 RESCAN_MAX = 1.0         # then twice as long each time, up to this
 WAIT_RETRY = 0.01        # after a failed wait (ENOMEM), before the next one
 FORCE_AFTER = 3          # the third SIGTERM/SIGINT kills everything at once
+# Job control: received, forwarded, then reaper stops itself (not as PID 1); a
+# main child stopped by one of them is followed (reaper stops too).
+JOB_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+
+
+_STOPS = (1 << (signal.SIGSTOP - 1),
+          sum(1 << (s - 1) for s in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)))
+
+
+def _stop_pending(pid: int) -> bool:
+    """True if pid has a stop signal pending that will stop it: SIGSTOP, or a
+    job-control one it neither blocks nor ignores (its default action is to stop;
+    a handler of its own is counted too, harmlessly)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f if line[:3] in (b"Sig", b"Shd"))
+        pending = int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16)
+        held = int(fields[b"SigBlk"], 16) | int(fields[b"SigIgn"], 16)
+    except (OSError, ValueError, KeyError):
+        return False
+    return bool(pending & _STOPS[0] or pending & _STOPS[1] & ~held)
 
 
 class Supervisor:
@@ -52,11 +73,14 @@ class Supervisor:
         self.kill_targets: dict = {}     # pid -> start time, still alive at SIGKILL
         self.denied: dict = {}           # pid -> name: processes reaper may not signal
         self.wait_errors = 0
+        self.stopped: set = set()        # pids seen stopped (state T or t) by the last scope scan
+        self.batch: list = []            # the events of the current wait, for look-ahead
 
     # --- the loop ---------------------------------------------------------
 
     def run(self, main_pid: int) -> int:
-        self.main_pid = self.main_group = main_pid
+        self.main_pid = main_pid or None
+        self.main_group = main_pid or 0      # pause mode: no main child, no group
         spec = self.waiter.spec
         more = False
         while True:
@@ -65,8 +89,9 @@ class Supervisor:
             except OSError as e:
                 self._wait_failed(e)
                 continue
-            for ev in events:
-                self._handle(ev)
+            self.batch = events
+            for i, ev in enumerate(events):
+                self._handle(ev, i)
             # The C core records the main child's status itself: decided from there,
             # not from an event, so nothing in Python can lose it.
             if self.main_pid is not None and spec.watch_reaped:
@@ -75,7 +100,7 @@ class Supervisor:
             # a flood of signals must not hold the drain past its end.
             now = time.monotonic()
             self.policy.tick(now)
-            if self.phase != "running" and self._drain_step(no_children, now):
+            if self.phase != "running" and (self.cfg.no_drain or self._drain_step(no_children, now)):
                 return self._finish()
 
     def _timeout_ms(self) -> int:
@@ -92,11 +117,13 @@ class Supervisor:
         self.log.event("wait", INFO if e.errno == errno.EINTR else ERROR, f"wait failed: {e.strerror}; retrying")
         time.sleep(WAIT_RETRY)
 
-    def _handle(self, ev) -> None:
+    def _handle(self, ev, i: int = 0) -> None:
         if ev.kind == EV_EXIT:
             self.policy.call("statistics", self._record_exit, ev)
+        elif ev.kind == EV_STOP:
+            self._on_main_stopped(ev, i)
         else:
-            self._on_signal(ev)
+            self._on_signal(ev, i)
 
     # --- reaping ----------------------------------------------------------
 
@@ -133,8 +160,9 @@ class Supervisor:
 
     # --- signals ----------------------------------------------------------
 
-    def _on_signal(self, ev) -> None:
-        # The C core has already forwarded it (boundary.forward_table): bookkeeping only.
+    def _on_signal(self, ev, i: int = 0) -> None:
+        # The C core has already forwarded it (boundary.forward_table): bookkeeping,
+        # and job control.
         signo = ev.signo
         if ev.pid == self.pid:       # raised by reaper itself (SIGPIPE from a closed pipe)
             return
@@ -145,6 +173,65 @@ class Supervisor:
         self.policy.call("statistics", self._record_signal, ev)
         if self.phase != "running":
             self._signal_while_draining(signo)
+        elif self.cfg.pause and signo in (signal.SIGTERM, signal.SIGINT):
+            self.log.info(f"{signals.name(signo)} received: pause mode ends")
+            self._begin_drain()
+        elif signo in JOB_STOPS and ev.forwarded != 0 and self.main_pid is not None and \
+                not (signo == self.cfg.pdeath_signal and ev.code == signals.SI_USER and ev.pid == 0):
+            # (-p TSTP: the parent died, nobody would continue reaper: forwarded only)
+            # dumb-init's job control: forwarded (after --rewrite), then reaper stops
+            # too, so that the shell that started it sees its job stopped.
+            self._stop_self(f"{signals.name(signo)} received", i)
+
+    # --- job control --------------------------------------------------------
+
+    def _on_main_stopped(self, ev, i: int) -> None:
+        """The main child was stopped (reported only when reaper is not PID 1). A
+        terminal stop (Ctrl-Z reaches the child's group, the terminal's foreground,
+        not reaper): reaper stops too, so that its shell takes the terminal back."""
+        if ev.pid != self.main_pid or ev.signo not in JOB_STOPS or self.phase != "running":
+            return
+        from reaper import nodestats
+
+        p = nodestats.read_proc(ev.pid)
+        if p is not None and p.state not in ("T", "t"):
+            return                   # already continued: nothing to follow
+        self._stop_self(f"main child {ev.pid} stopped by {signals.name(ev.signo)}", i, group=True)
+
+    def _stop_self(self, why: str, i: int, group: bool = False) -> None:
+        """Stops reaper with SIGSTOP (not as PID 1: the kernel would ignore it), then,
+        once continued, gives the terminal back to the child's group and continues it."""
+        if self.is_pid1 or os.getpid() == 1:
+            return
+        # A SIGCONT already sent (later in this batch, or still queued) came after
+        # the stop it answers: stopping now would wait for another one.
+        later = any(e.kind == EV_SIGNAL and e.signo == signal.SIGCONT for e in self.batch[i + 1:])
+        if later or signal.SIGCONT in signal.sigpending():
+            return
+        self.log.event(("job-stop",), INFO, f"{why}: reaper stops too (job control)")
+        try:
+            os.kill(self.pid, signal.SIGSTOP)    # takes effect before kill() returns
+        except OSError:
+            return
+        self.log.event(("job-cont",), INFO, "continued: the main child gets the terminal back")
+        self._resume_child(group)
+
+    def _resume_child(self, group: bool) -> None:
+        if self.main_pid is None:
+            return
+        try:
+            # Only if reaper's group has the terminal (fg, not bg): never take it from the shell.
+            if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+                os.tcsetpgrp(0, self.main_group)
+        except OSError:
+            pass
+        # A terminal stop stopped the child's whole group; a forwarded one is
+        # answered by the SIGCONT the C core forwards as it was received.
+        if group:
+            try:
+                os.kill(-self.main_group, signal.SIGCONT)
+            except OSError:
+                pass
 
     def _record_signal(self, ev) -> None:
         signo, sname = ev.signo, signals.name(ev.signo)
@@ -186,6 +273,7 @@ class Supervisor:
             self._once_no_proc()
             return {}
         pids = set(table) - {self.pid} if self.is_pid1 else nodestats.descendants(table, self.pid)
+        self.stopped = {pid for pid in pids if table[pid].state in ("T", "t")}
         return {pid: table[pid].start for pid in pids if table[pid].state != "Z"}
 
     def _once_no_proc(self) -> None:
@@ -216,7 +304,9 @@ class Supervisor:
                 pass
             return
         targets = self._scope() if targets is None else targets
-        if not targets and self.main_group and not os.path.exists("/proc/self/stat"):
+        if not targets and not os.path.exists("/proc/self/stat"):
+            if not self.main_group:
+                return          # pause mode: no group to fall back on (kill(0) would be reaper's own)
             # Blind without /proc: the main child's group at least (a group id
             # stays taken while the group has members, so it names no stranger).
             try:
@@ -291,6 +381,8 @@ class Supervisor:
         self.phase = self.stats.phase = "draining"
         self.drain_started = time.monotonic()
         self.deadline = self.drain_started + self.cfg.grace
+        if self.cfg.no_drain:
+            return                  # --no-drain: the rest is left alone (run() exits now)
         self._terminate_scope()
 
     def _terminate_scope(self) -> None:
@@ -304,7 +396,16 @@ class Supervisor:
             self.log.info(f"draining {len(self.drain_targets)} remaining process(es): "
                           f"SIGTERM, then SIGKILL after {self.cfg.grace:g}s")
         self._signal_scope(signal.SIGTERM, self.drain_targets)
-        self._signal_scope(signal.SIGCONT, self.drain_targets)   # a stopped process must run to handle SIGTERM
+        # A stopped process must run to handle SIGTERM: SIGCONT to those /proc shows
+        # stopped, and only to them (without /proc, to all, as it cannot tell).
+        if not os.path.exists("/proc/self/stat"):
+            self._signal_scope(signal.SIGCONT, self.drain_targets)
+            return
+        # ...and to those about to stop (a stop signal pending, not yet acted on): they
+        # would stop in their SIGTERM handler (the lower signal is taken first).
+        for pid in sorted(self.drain_targets):
+            if pid in self.stopped or _stop_pending(pid):
+                self._signal_one(pid, self.drain_targets[pid], signal.SIGCONT)
 
     def _kill_all(self) -> None:
         self.phase = self.stats.phase = "killing"
@@ -352,7 +453,7 @@ class Supervisor:
         self.phase = self.stats.phase = "done"
         self.stats.drain_seconds = time.monotonic() - self.drain_started
         self.policy.close()
-        code = exit_code(self.waiter.spec.watch_status)
+        code = 0 if self.cfg.pause else exit_code(self.waiter.spec.watch_status)
         stopped = self.cfg.exit_zero_on_stop and self.stop_forwarded
         status = 0 if code in self.cfg.remap_exit or stopped else code
         self.stats.exit_status = status

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, Reaper, refused, run_reaper, summary_file, wait_for
+from conftest import PYTHON, alive, Reaper, refused, run_reaper, summary_file, wait_for
 import budget_helpers as bh
 
 FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
@@ -445,8 +445,7 @@ def test_without_pidfds_reaper_says_once_how_it_signals_strays(reaper, tmp_path)
     r = reaper(["-v", "--cpu-budget", "0.1", "--budget-action", "terminate", "--budget-kill-after", "0",
                 *FAST, "--", *bh.orphans_then_sleep(bh.busy_argv(tag))], exe=faulty)
     (pid,) = tagged(tag)
-    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or bh.stat(pid)["state"] == "Z", 30,
-             what="the stray terminated through kill()")
+    wait_for(lambda: not alive(pid), 30, what="the stray terminated through kill()")
     assert stop(r) == 143
     notices = [l for l in r.stderr.splitlines() if "no pidfd support" in l]
     assert len(notices) == 1 and "after a start-time check" in notices[0], r.stderr
