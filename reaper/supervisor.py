@@ -227,7 +227,7 @@ class Supervisor:
             pass
         # A terminal stop stopped the child's whole group; a forwarded one is
         # answered by the SIGCONT the C core forwards as it was received.
-        if group:
+        if group and self.main_group:       # never kill(0): that would be reaper's own group
             try:
                 os.kill(-self.main_group, signal.SIGCONT)
             except OSError:
