@@ -15,6 +15,8 @@ ffi.cdef(
     #define REAPER_MAX_SIGNAL ...
     #define REAPER_LATENCY_BOUNDS ...
     #define REAPER_FWD_USER_ONLY ...
+    #define REAPER_WAIT_FDS ...
+    #define REAPER_MAX_EXTRA ...
 
     struct reaper_event {
         int kind;
@@ -51,10 +53,23 @@ ffi.cdef(
         int nbounds;
         int64_t bounds_ns[...];
         struct reaper_totals totals;
+        int nreport;
+        int report_pids[...];
+        int npoll;
+        int poll_fds[...];
+    };
+
+    struct reaper_spawn_extra {
+        char *const *envp;
+        const char *cwd;
+        int stdin_fd;
+        int keep_fd;
+        char oom_score_adj[8];
     };
 
     int reaper_setup(void);
-    int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid, int *exec_errno);
+    int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid,
+                     const struct reaper_spawn_extra *extra, int *exec_errno);
     int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                     struct reaper_event *events, int cap, int *state);
     int reaper_set_subreaper(void);

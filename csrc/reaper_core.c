@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -158,13 +159,55 @@ static void rewrite_listen_pid(void)
             *e = entry;
 }
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* A service gets stdin, stdout, stderr and its readiness fd, nothing else reaper
+ * holds or inherited (the main child keeps the inherited ones; a restart later
+ * would not have them anyway). Marked close-on-exec, so the exec pipe still works. */
+static void close_other_fds(int keep_fd)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+#endif
+    {
+        struct rlimit rl;
+        int top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (int)rl.rlim_cur : 65536;
+        for (int fd = 3; fd < top; fd++)
+            fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    if (keep_fd >= 0)
+        fcntl(keep_fd, F_SETFD, 0);
+}
+
+static void service_setup(char *const argv[], const struct reaper_spawn_extra *x, int errfd)
+{
+    if (x->cwd != NULL && chdir(x->cwd) < 0)
+        child_failed(argv, errno, errfd);
+    if (x->stdin_fd >= 0 && x->stdin_fd != STDIN_FILENO && dup2(x->stdin_fd, STDIN_FILENO) < 0)
+        child_failed(argv, errno, errfd);
+    close_other_fds(x->keep_fd);
+    if (x->oom_score_adj[0] != '\0') {
+        /* Back to the invoker's value (reaper lowers its own): raising it needs no privilege. */
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t unused = write(fd, x->oom_score_adj, strnlen(x->oom_score_adj, sizeof x->oom_score_adj));
+            (void)unused;
+            close(fd);
+        }
+    }
+}
+
 /* Only async-signal-safe calls between fork and exec. */
 static void become_child(char *const argv[], int own_group, int take_tty, int listen_pid,
-                         int cwdfd, int errfd)
+                         const struct reaper_spawn_extra *extra, int cwdfd, int errfd)
 {
     /* Back to the directory reaper was started in (the parent left it before the fork). */
     if (cwdfd >= 0 && fchdir(cwdfd) < 0)
         child_failed(argv, errno, errfd);
+    if (extra != NULL)
+        service_setup(argv, extra, errfd);
     if (own_group) {
         setpgid(0, 0);
         /* In the child, not the parent: the child must own the terminal
@@ -175,14 +218,19 @@ static void become_child(char *const argv[], int own_group, int take_tty, int li
     if (listen_pid)
         rewrite_listen_pid();
     restore_invoker_signals();
-    execvp(argv[0], argv);
+    if (extra != NULL && extra->envp != NULL)
+        execvpe(argv[0], argv, extra->envp);
+    else
+        execvp(argv[0], argv);
     child_failed(argv, errno, errfd);
 }
 
 /* Returns the child's pid, or -errno if fork failed. *exec_errno is 0 when
  * the child exec'd, or the errno of the failed exec (the child then exits
- * 127/126 by itself). */
-int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid, int *exec_errno)
+ * 127/126 by itself). extra: NULL for the main child; a service's stdin,
+ * environment, directory, readiness fd and OOM score. */
+int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid,
+                 const struct reaper_spawn_extra *extra, int *exec_errno)
 {
     int errpipe[2];
     *exec_errno = 0;
@@ -196,13 +244,19 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid
     /* reaper's own cwd is / before the child can run (it must never pin a mount
      * the child may want to unmount); the child goes back to the start directory.
      * Without an fd for it, reaper changes directory after the spawn instead. */
-    int cwdfd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int cwdfd = extra != NULL && extra->cwd != NULL ? -1 : open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (cwdfd >= 0 && chdir("/") < 0) {
         close(cwdfd);
         cwdfd = -1;
     }
 
-    pid_t pid = fork();
+    /* vfork: no copy of the interpreter's page tables, which made the spawn cost
+     * several times the exec itself. Safe here because the child only makes
+     * system calls on its own behalf until it execs or _exits: every signal is
+     * blocked and none has a handler (reaper_setup), fds and dispositions are
+     * the child's own copies, and nothing in the parent's memory is written.
+     * Rewriting LISTEN_PID writes the environment, so that case forks. */
+    pid_t pid = listen_pid ? fork() : vfork();
     if (pid < 0) {
         int err = errno;
         if (errpipe[0] >= 0) {
@@ -215,7 +269,7 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid
     if (pid == 0) {
         if (errpipe[0] >= 0)
             close(errpipe[0]);
-        become_child(argv, own_group, take_tty, listen_pid, cwdfd, errpipe[1]);
+        become_child(argv, own_group, take_tty, listen_pid, extra, cwdfd, errpipe[1]);
     }
     /* setpgid in both processes: whichever runs first creates the group, so a
      * signal forwarded to -pid right after we return always has a target.
@@ -319,6 +373,14 @@ static void count_reaped(struct reaper_waitspec *spec, int status, const struct 
                  ru->ru_stime.tv_sec * 1000000L + ru->ru_stime.tv_usec;
 }
 
+static int reported(const struct reaper_waitspec *spec, pid_t pid)
+{
+    for (int i = 0; i < spec->nreport && i < REAPER_MAX_EXTRA; i++)
+        if (spec->report_pids[i] == pid)
+            return 1;
+    return 0;
+}
+
 /* Bounds one call's silent reaping, so that an endless storm still lets the
  * loop look at its signals and timers. */
 #define SILENT_REAPS_PER_CALL 8192
@@ -362,7 +424,7 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
             spec->watch_status = status;
             spec->forward_pid = 0;
         }
-        if (pid != spec->watch_pid && !spec->report_all) {
+        if (pid != spec->watch_pid && !spec->report_all && !reported(spec, pid)) {
             count_reaped(spec, status, &ru, now - woke);
             if (++silent == SILENT_REAPS_PER_CALL) {
                 *state |= REAPER_WAIT_MORE;
@@ -383,28 +445,56 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
     }
 }
 
+/* poll()'s timeout for what is left until deadline (-1: none). */
+static int remaining_ms(int64_t deadline, int timeout_ms)
+{
+    if (deadline < 0)
+        return -1;
+    int64_t left = deadline - monotonic_ns();
+    if (left <= 0)
+        return 0;
+    int64_t ms = (left + 999999) / 1000000;
+    return ms < timeout_ms ? (int)ms : timeout_ms;
+}
+
 /* Blocks until a signal arrives or timeout_ms passes (-1: no timeout, so an
  * idle reaper never wakes up). Then takes every queued signal and reaps every
  * child that has exited, whether or not a SIGCHLD was seen: SIGCHLDs
  * coalesce, so one may stand for thousands of exits. Children other than
- * spec->watch_pid are counted in spec->totals unless spec->report_all. Called
+ * spec->watch_pid and spec->report_pids (the services) are counted in
+ * spec->totals unless spec->report_all. The poll also wakes for spec->poll_fds
+ * (the services' readiness pipes): REAPER_WAIT_FDS in *state, no timer. Called
  * with the GIL released. Returns the number of events written. */
 int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                 struct reaper_event *events, int cap, int *state)
 {
-    struct pollfd pfd = {.fd = sfd, .events = POLLIN};
-    int n = 0;
+    struct pollfd pfd[1 + REAPER_MAX_EXTRA] = {{.fd = sfd, .events = POLLIN}};
+    int n = 0, nfds = 1;
 
-    *state = 0;
-    if (poll(&pfd, 1, timeout_ms) < 0 && errno != EINTR)
-        return -errno;
-    int64_t woke = monotonic_ns();
-    if (take_signals(sfd, spec, events, cap, &n, woke))
-        *state |= REAPER_WAIT_MORE;
-    reap_children(spec, events, cap, &n, woke, state);
-    if (n == cap)
-        *state |= REAPER_WAIT_MORE;
-    return n;
+    for (int i = 0; i < spec->npoll && i < REAPER_MAX_EXTRA; i++)
+        pfd[nfds++] = (struct pollfd){.fd = spec->poll_fds[i], .events = POLLIN};
+    int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ns() + (int64_t)timeout_ms * 1000000;
+    for (;;) {
+        *state = 0;
+        int ready = poll(pfd, (nfds_t)nfds, remaining_ms(deadline, timeout_ms));
+        if (ready < 0 && errno != EINTR)
+            return -errno;
+        for (int i = 1; i < nfds; i++)
+            if (pfd[i].revents)
+                *state |= REAPER_WAIT_FDS;
+        int64_t woke = monotonic_ns();
+        if (take_signals(sfd, spec, events, cap, &n, woke))
+            *state |= REAPER_WAIT_MORE;
+        reap_children(spec, events, cap, &n, woke, state);
+        if (n == cap)
+            *state |= REAPER_WAIT_MORE;
+        /* Orphans reaped silently (counted in the totals) give Python nothing to
+         * do: wait again here rather than return. In a storm of orphan deaths the
+         * interpreter then stays off the path between one SIGCHLD and the next,
+         * and reaper wakes as cheaply as a C init does. */
+        if (n > 0 || *state || ready == 0 || remaining_ms(deadline, timeout_ms) == 0)
+            return n;
+    }
 }
 
 int reaper_set_subreaper(void)

@@ -25,6 +25,7 @@ struct reaper_event {
 
 #define REAPER_MAX_SIGNAL 64
 #define REAPER_LATENCY_BOUNDS 16
+#define REAPER_MAX_EXTRA 64 /* services: pids reported, readiness fds polled */
 
 /* Children reaped without an event of their own (orphans, in the common case):
  * counted here in C, so a storm of thousands costs Python nothing per child. */
@@ -56,14 +57,31 @@ struct reaper_waitspec {
     int nbounds;          /* latency bucket upper bounds, ascending */
     int64_t bounds_ns[REAPER_LATENCY_BOUNDS];
     struct reaper_totals totals;
+    /* Supervised services (reaper/services/): their exits are events too, and the
+     * wait also wakes for their readiness pipes (REAPER_WAIT_FDS says one is readable). */
+    int nreport;
+    int report_pids[REAPER_MAX_EXTRA];
+    int npoll;
+    int poll_fds[REAPER_MAX_EXTRA];
 };
 
 /* Flags for reaper_wait()'s *state output. */
 #define REAPER_WAIT_NO_CHILDREN 1 /* waitpid said ECHILD: nothing left to reap */
 #define REAPER_WAIT_MORE        2 /* the buffer filled up: call again at once */
+#define REAPER_WAIT_FDS         4 /* one of spec->poll_fds is readable (or hung up) */
+
+/* What a service gets besides what the main child gets (reaper_spawn's extra). */
+struct reaper_spawn_extra {
+    char *const *envp;      /* its environment; NULL: reaper's */
+    const char *cwd;        /* chdir() here in the child; NULL: as the main child (see reaper_spawn) */
+    int stdin_fd;           /* dup2()ed to its stdin; -1: reaper's */
+    int keep_fd;            /* the one fd >= 3 it keeps (its readiness pipe); the rest are closed at exec */
+    char oom_score_adj[8];  /* written to its oom_score_adj; "": left as inherited */
+};
 
 int reaper_setup(void);
-int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid, int *exec_errno);
+int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid,
+                 const struct reaper_spawn_extra *extra, int *exec_errno);
 int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                 struct reaper_event *events, int cap, int *state);
 int reaper_set_subreaper(void);

@@ -1,3 +1,3 @@
-from reaper.cli import main
+from reaper.cli import run
 
-raise SystemExit(main())
+run()

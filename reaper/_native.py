@@ -1,6 +1,4 @@
 """Thin typed layer over the C core (csrc/reaper_core.c): C errors become OSError."""
-from __future__ import annotations
-
 import os
 import time
 
@@ -11,6 +9,9 @@ EV_EXIT = lib.REAPER_EV_EXIT
 EV_STOP = lib.REAPER_EV_STOP
 BATCH = 512
 MAX_WAIT_MS = 2**31 - 1      # poll() takes an int: a longer wait is cut to this and recomputed
+# Reap latency, from the wake-up that found an exited child to its reap: bucket
+# bounds in seconds (the C core counts orphans into them; reaper.stats the rest).
+REAP_LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1.0)
 
 
 def ms_until(deadline) -> int:
@@ -35,16 +36,46 @@ def setup() -> int:
     return _check(lib.reaper_setup())
 
 
-def spawn(argv: list[str], own_group: bool, take_tty: bool, listen_pid: bool = False) -> tuple[int, int]:
+def spawn(argv: list[str], own_group: bool, take_tty: bool, listen_pid: bool = False,
+          service=None) -> tuple[int, int]:
     """Fork and exec argv; returns (pid, exec_errno), exec_errno 0 on success.
     reaper's cwd is / from before the fork on (the child keeps the start directory),
     unless no fd was free to hold it; after a failed exec it is back where it was.
-    listen_pid: the child's LISTEN_PID becomes the child's own pid."""
+    listen_pid: the child's LISTEN_PID becomes the child's own pid.
+    service: a ServiceIO for a supervised service (reaper/services/), else None."""
     keep = [ffi.new("char[]", os.fsencode(a)) for a in argv]
     c_argv = ffi.new("char *[]", keep + [ffi.NULL])
     exec_errno = ffi.new("int *")
-    pid = _check(lib.reaper_spawn(c_argv, int(own_group), int(take_tty), int(listen_pid), exec_errno))
+    extra = ffi.NULL if service is None else service.c_struct(keep)
+    pid = _check(lib.reaper_spawn(c_argv, int(own_group), int(take_tty), int(listen_pid), extra, exec_errno))
     return pid, exec_errno[0]
+
+
+class ServiceIO:
+    """What a service gets besides what the main child gets: its environment (a
+    dict of bytes), a directory to start in, a stdin fd, the one fd it keeps (its
+    readiness pipe, -1 for none), and the oom_score_adj to start with (None: inherited)."""
+
+    def __init__(self, env: dict, cwd, stdin_fd: int, keep_fd: int = -1, oom_score_adj=None) -> None:
+        self.env, self.cwd, self.stdin_fd, self.keep_fd = env, cwd, stdin_fd, keep_fd
+        self.oom_score_adj = oom_score_adj
+
+    def c_struct(self, keep: list):
+        """The C struct; keep holds what it points to for as long as the call."""
+        x = ffi.new("struct reaper_spawn_extra *")
+        env = [ffi.new("char[]", k + b"=" + v) for k, v in self.env.items()]
+        keep += env
+        envp = ffi.new("char *[]", env + [ffi.NULL])
+        keep.append(envp)
+        x.envp = envp
+        if self.cwd is not None:
+            cwd = ffi.new("char[]", os.fsencode(self.cwd))
+            keep.append(cwd)
+            x.cwd = cwd
+        x.stdin_fd = self.stdin_fd
+        x.keep_fd = self.keep_fd
+        x.oom_score_adj = b"" if self.oom_score_adj is None else str(int(self.oom_score_adj)).encode()[:7]
+        return x
 
 
 class Waiter:
@@ -64,6 +95,23 @@ class Waiter:
             self.spec.bounds_ns[i] = b
         self.totals = self.spec.totals      # a live view of the C counters
         self.spec.self_pid = os.getpid()
+        self.fds_ready = False               # the last wait saw a poll_fds entry readable
+
+    def report(self, pids) -> None:
+        """These pids' exits are events too (the services), at most REAPER_MAX_EXTRA."""
+        pids = list(pids)[:lib.REAPER_MAX_EXTRA]
+        for i, pid in enumerate(pids):
+            self.spec.report_pids[i] = pid
+        self.spec.nreport = len(pids)
+
+    def poll_also(self, fds) -> None:
+        """The wait also returns when one of these fds is readable (fds_ready). An fd
+        must leave this list before it is closed, or every wait would return at once."""
+        fds = list(fds)[:lib.REAPER_MAX_EXTRA]
+        self.spec.npoll = 0
+        for i, fd in enumerate(fds):
+            self.spec.poll_fds[i] = fd
+        self.spec.npoll = len(fds)
 
     def watch(self, pid: int, report_all: bool, report_stops: bool = False) -> None:
         """pid's exit is always an event; report_all makes every exit one. Its wait
@@ -97,6 +145,7 @@ class Waiter:
         buf = self._buf
         events = [buf[i] for i in range(n)]
         state = self._state[0]
+        self.fds_ready = bool(state & lib.REAPER_WAIT_FDS)
         return events, bool(state & lib.REAPER_WAIT_NO_CHILDREN), bool(state & lib.REAPER_WAIT_MORE)
 
 

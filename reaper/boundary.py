@@ -14,8 +14,11 @@ From the spawn on, supervise() runs everything, in three layers:
   an import that EMFILE stops), minimal_loop() takes over with the C core, os
   and time only: reap, forward, drain, exit with the main child's status.
 
-Policy pieces, in start order: hygiene (cwd, inherited fds), title, oom,
-statistics, metrics, budgets, summary. Logging never blocks or floods
+Policy pieces (composed in reaper/pieces.py), in start order: services,
+statistics, hygiene (cwd, inherited fds), title, oom, metrics, budgets; then
+the summary at the end. With nothing asked of the end (no metrics, budgets or
+summary file), the first wait comes before any piece is loaded, and a child
+that is done at once leaves reaper with nothing to load. Logging never blocks or floods
 (reaper/log.py), so no piece can stop the loop by writing to stderr.
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ from reaper import _native
 KILL_WAIT = 5.0          # seconds SIGKILLed processes get to be reaped
 RESCAN_EVERY = 0.2       # minimal loop, as subreaper: look for late children this often while killing
 RETRY_AFTER = 0.1        # a minimal loop that itself failed starts again after this
+FIRST_WAIT_MS = 20       # the wait before the policy is loaded (metrics, budgets, title...)
 
 
 class Policy:
@@ -104,38 +108,109 @@ class Policy:
 
 def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
     """Runs reaper from the spawn to its exit status. start_policy(policy, sup)
-    starts the policy pieces (cli.py composes them)."""
+    starts the policy pieces (reaper/pieces.py composes them)."""
     policy = Policy(log, stats)
     waiter = sup = None
     try:
-        from reaper.log import DEBUG
-        from reaper.stats import REAP_LATENCY_BUCKETS, Stats
-        from reaper.supervisor import Supervisor
-
-        waiter = _native.Waiter(sfd, REAP_LATENCY_BUCKETS)
+        waiter = _native.Waiter(sfd, _native.REAP_LATENCY_BUCKETS)
         # Orphans are counted in C, unless each one must be seen (-w, debug log).
         # Not PID 1, the main child's stops are seen too (job control follows them).
-        waiter.watch(main_pid, cfg.warn_on_reap or log.enabled(DEBUG), bool(main_pid) and os.getpid() != 1)
+        waiter.watch(main_pid, cfg.warn_on_reap or log.enabled(3), bool(main_pid) and os.getpid() != 1)
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
+        first = first_error = None
+        if main_pid and _may_end_early(cfg, log, stats):
+            # The first wait comes before the policy is loaded: a child that is done
+            # at once (`reaper -- true`, a failing entrypoint) is seen at once, and
+            # if it left nothing behind reaper exits without loading anything more.
+            try:
+                first = waiter.wait(FIRST_WAIT_MS)
+            except OSError as e:             # said and retried by the Supervisor's loop
+                first_error = e
+            if first is not None and _nothing_left(cfg, waiter, main_pid, first):
+                log.close()
+                return exit_status(cfg, waiter.spec.watch_status)
+        from reaper.stats import Stats
+        from reaper.supervisor import Supervisor
+
         if stats is None:
             stats = policy.stats = Stats()
         stats.native = waiter.totals
         sup = Supervisor(cfg, log, stats, waiter, policy)
+        if first_error is not None:
+            sup.wait_failed(first_error)
         start_policy(policy, sup)
-        status = sup.run(main_pid)
+        status = sup.run(main_pid, first)
     except BaseException as e:     # the Supervisor's own Python failed: the core goes on
         status = _fall_back(e, cfg, log, sfd, waiter, main_pid, sup)
         policy.close()
-    policy.call("summary", _summarise, cfg, stats, log)
+    if stats is None:              # failed before the statistics existed: a summary still
+        stats = policy.call("summary", _empty_stats, waiter)
+    if stats is not None:
+        policy.call("summary", _summarise, cfg, stats, log)
     log.close()
     return status
+
+
+def _empty_stats(waiter):
+    from reaper.stats import Stats
+
+    stats = Stats()
+    stats.native = None if waiter is None else waiter.totals
+    return stats
+
+
+def _may_end_early(cfg, log, stats) -> bool:
+    """Whether a run may end before the policy is loaded: nothing is asked of it
+    at the end but the exit status (no metrics, budgets or summary file; the
+    summary line shows only news, and there can be none)."""
+    return (stats is None and not cfg.budgets_enabled and not cfg.summary_file and
+            not cfg.warn_on_reap and not log.enabled(2) and not log.dropped)
+
+
+def _nothing_left(cfg, waiter, main_pid: int, first) -> bool:
+    """True when the first wait reaped the main child and nothing else happened:
+    no signal, no orphan, and nothing left in the drain's scope (so the drain and
+    the summary would have nothing to say)."""
+    events, no_children, more = first
+    spec = waiter.spec
+    if not spec.watch_reaped or more or len(events) != 1 or events[0].pid != main_pid:
+        return False
+    t = waiter.totals
+    if any(t.exited) or any(t.signaled):          # orphans reaped: news for the summary
+        return False
+    return cfg.no_drain or scope_is_empty(no_children, main_pid)
+
+
+def scope_is_empty(no_children: bool, main_group: int) -> bool:
+    """True only if the drain has nothing to stop, found without reading /proc:
+    as PID 1, no other process in the namespace; else no child (so no descendant)
+    and nothing left in the main child's group. False when unsure."""
+    try:   # signal 0: a check, nothing is sent
+        if os.getpid() == 1:
+            os.kill(-1, 0)       # anyone else in the namespace (orphans, a `kubectl exec`)?
+        elif not no_children:
+            return False
+        elif main_group:
+            os.kill(-main_group, 0)
+        else:
+            return True
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _fall_back(e: BaseException, cfg, log, sfd: int, waiter, main_pid: int, sup) -> int:
     _say(log, f"reaper's supervisor failed ({e!r}): going on with the minimal loop "
               "(reap, forward, drain; no metrics or budgets)")
     deadline = getattr(sup, "deadline", None)
+    main_pid = main_pid or getattr(sup, "main_group", 0) or 0    # with services, started by the loop
+    if not main_pid and not getattr(cfg, "pause", False) and waiter is not None:
+        # Services mode, the main child never started: drain at once, exit 1.
+        waiter.spec.watch_reaped, waiter.spec.watch_status = 1, 1 << 8
+        deadline = deadline or time.monotonic() + cfg.grace
     while True:
         try:
             if waiter is None:
@@ -281,19 +356,24 @@ def own_children() -> list:
 
 def news(summary: dict) -> bool:
     """True when reaper did something beyond passing the child through: reaped an
-    orphan, drained a process, acted on a budget, switched a piece off, lost a line."""
+    orphan, drained a process, acted on a budget, switched a piece off, lost a line,
+    restarted or gave up a service."""
     return bool(summary["orphans"] or any(summary["drain"].values()) or
                 any(summary["budget_actions"].values()) or summary["policy_errors"] or
-                summary.get("log_lines_dropped"))
+                summary.get("log_lines_dropped") or summary.get("service_failures") or
+                summary.get("service_starts", 0) > summary.get("services", 0))
 
 def _summarise(cfg, stats, log) -> None:
-    import json
-
+    if not cfg.summary_file and not log.enabled(2) and not (log.enabled(1) and stats.news(log.dropped)):
+        return                  # nobody reads it: nothing is built on the way out
     summary = stats.summary()
     summary["log_lines_dropped"] = log.dropped
+    shown = news(summary)
+    import json
+
     line = json.dumps(summary, sort_keys=True)
     # On stderr: always with -v; at the default level only when there is news.
-    log.summary(f"summary {line}", news(summary))
+    log.summary(f"summary {line}", shown)
     if cfg.summary_file:
         tmp = f"{cfg.summary_file}.tmp{os.getpid()}"
         try:

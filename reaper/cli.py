@@ -4,13 +4,24 @@ Everything before the spawn is on the path from start to the child's exec,
 so it imports only what it must; psutil, setproctitle and the exporter are
 imported after the child runs.
 """
-from __future__ import annotations
-
-import errno
 import os
 import sys
 
 from reaper import _native
+
+
+def run() -> None:
+    """The `reaper` command: main(), then exit at once. Everything reaper writes is
+    written by then (log lines, the summary, the metrics and summary files), so
+    the interpreter's teardown (module by module, thread by thread) is skipped:
+    it would only delay the container's end by milliseconds."""
+    code = main()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:       # a closed or broken stdout: nothing more can be said
+            pass
+    os._exit(code)
 
 
 def _usage_error(msg: str) -> int:
@@ -78,53 +89,96 @@ def _is_open(fd: int) -> bool:
 
 
 def _run(cfg, sfd: int, inherited: list) -> int:
-    from reaper.log import Log, quoted
-
-    log = Log(cfg.verbosity)
-    stats = exporter = None
+    # reaper's Log is made here only when something before the spawn needs it;
+    # otherwise after the spawn: importing reaper.log is not on the way to the exec.
+    log = stats = exporter = None
     if cfg.metrics_enabled:
         from reaper import metrics
         from reaper.stats import Stats
 
+        log = _new_log(cfg)
         stats = Stats()
         try:
             exporter = metrics.prepare(cfg, stats, log)   # binds the port: fails here, not later
         except metrics.SetupError as e:
             return _usage_error(str(e))
 
+    subreaper = None
     if os.getpid() != 1:
         try:
             _native.set_subreaper()
-            log.debug("not PID 1: registered as child subreaper")
+            subreaper = "not PID 1: registered as child subreaper"
         except OSError as e:
+            log = log or _new_log(cfg)
             log.warn(f"cannot become a subreaper ({e.strerror}): orphans will escape reaper")
     if cfg.pdeath_signal:
         _native.set_pdeathsig(cfg.pdeath_signal)
 
+    if cfg.pause or cfg.services_enabled:
+        # catatonit's -P: no child; with services, the loop starts them and then the
+        # main child (reaper/services/). The same boundary from here on.
+        from reaper import boundary
+
+        log = _said(log or _new_log(cfg), subreaper)
+        return boundary.supervise(cfg, log, stats, sfd, 0, _pieces(cfg, log, exporter, 0, inherited))
+    pid, status = spawn_main(cfg, log)
+    if pid is None:
+        return status
+
+    # The child runs. From here on the failure boundary holds (reaper/boundary.py).
     from reaper import boundary
 
-    if cfg.pause:    # catatonit's -P: no child; the same boundary from here on
-        return boundary.supervise(cfg, log, stats, sfd, 0, _policy(cfg, log, exporter, 0, inherited))
+    log = _said(log or _new_log(cfg), subreaper)
 
+    return boundary.supervise(cfg, log, stats, sfd, pid, _pieces(cfg, log, exporter, pid, inherited))
+
+
+def _pieces(cfg, log, exporter, pid: int, inherited: list):
+    from reaper import pieces     # after the spawn: not on the way to the exec
+
+    return pieces.compose(cfg, log, exporter, pid, inherited)
+
+
+def _new_log(cfg):
+    from reaper.log import Log
+
+    return Log(cfg.verbosity)
+
+
+def _said(log, debug_line):
+    if debug_line:
+        log.debug(debug_line)
+    return log
+
+
+def spawn_main(cfg, log) -> tuple:
+    """(pid, None) once the main child runs, or (None, reaper's exit status) after one
+    line (on log, or a Log made for it when there is none yet)."""
     own_group = True
     # systemd socket activation through an init: the sockets are the child's.
     listen_pid = os.environ.get("LISTEN_PID") == str(os.getpid())
     try:
         pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0), listen_pid)
     except OSError as e:             # fork failed: EAGAIN (pids limit), ENOMEM
-        log.error(f"cannot start {quoted(cfg.command[0])}: {e.strerror}")
-        return 1
-    if exec_errno:
-        log.error(f"cannot run {quoted(cfg.command[0])}: {_exec_error(cfg.command[0], exec_errno)}")
-        os.waitpid(pid, 0)          # the child has already _exit()ed: leave no zombie
-        return 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        from reaper.log import quoted
 
-    # The child runs. From here on the failure boundary holds (reaper/boundary.py).
-    return boundary.supervise(cfg, log, stats, sfd, pid, _policy(cfg, log, exporter, pid, inherited))
+        (log or _new_log(cfg)).error(f"cannot start {quoted(cfg.command[0])}: {e.strerror}")
+        return None, 1
+    if exec_errno:
+        import errno
+
+        from reaper.log import quoted
+
+        (log or _new_log(cfg)).error(f"cannot run {quoted(cfg.command[0])}: {_exec_error(cfg.command[0], exec_errno)}")
+        os.waitpid(pid, 0)          # the child has already _exit()ed: leave no zombie
+        return None, 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
+    return pid, None
 
 
 def _exec_error(command: str, err: int) -> str:
     """strerror, except that execvp says EACCES for a directory: say what it is."""
+    import errno
+
     if err == errno.EACCES:
         dirs = [""] if "/" in command else os.environ.get("PATH", os.defpath).split(os.pathsep)
         for d in dirs:
@@ -134,61 +188,3 @@ def _exec_error(command: str, err: int) -> str:
             if os.path.exists(path):
                 break
     return os.strerror(err)
-
-
-def _policy(cfg, log, exporter, pid: int, inherited: list):
-    """The policy pieces started after the spawn, in order; the boundary runs each
-    under its guard (a piece that fails is switched off, reaper goes on)."""
-    def start(policy, sup) -> None:
-        stats = sup.stats
-        if pid:
-            policy.call("statistics", _note_main, stats, pid, cfg.command)
-        else:
-            stats.main_state = "none"
-        policy.call("hygiene", _after_spawn, inherited)
-        policy.call("title", _set_title, cfg.command or ["pause"])
-        policy.call("oom", _protect_from_oom, log)
-        if exporter is not None:
-            policy.start("metrics", lambda: exporter.start(sup), getattr(exporter, "abort", None))
-        if cfg.budgets_enabled:
-            policy.start("budgets", lambda: _enforcer(cfg, log, stats, sup))
-    return start
-
-
-def _note_main(stats, pid: int, command: list) -> None:
-    from reaper.log import display
-
-    stats.main_pid = pid
-    stats.main_state = "running"
-    stats.main_command = display(os.path.basename(command[0]))
-
-
-def _after_spawn(inherited: list) -> None:
-    # The C spawn left the start directory before the fork; this is for when it
-    # could not (no fd free to hold it) and for pause mode.
-    os.chdir("/")                          # never pin a mount the child may want to unmount
-    for fd in inherited:                   # the child keeps them; reaper must not hold them open
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def _set_title(command: list) -> None:
-    from reaper.log import display
-    from setproctitle import setproctitle
-
-    # The title is C text: argv bytes that are not UTF-8 are shown escaped.
-    setproctitle("reaper: " + display(" ".join(command)))
-
-
-def _protect_from_oom(log) -> None:
-    from reaper import oom
-
-    oom.protect(log)
-
-
-def _enforcer(cfg, log, stats, sup):
-    from reaper import budget
-
-    return budget.Enforcer(cfg, log, stats.budget, sup)

@@ -204,6 +204,7 @@ def render(samples) -> str:
         if v.get("reaper_main_child_exit_code") is not None:
             text += f", exit code {_n(v.get('reaper_main_child_exit_code'))}" + (f" ({outcome[0]})" if outcome else "")
         row("main child", text)
+    _services(v, row)
     reaped = v.by("reaper_reaped_total", "kind")
     orphan_outcomes = v.by("reaper_reaped_total", "outcome", kind="orphan")
     row("reaped", f"{_n(sum(reaped.values()))} ({_pairs(reaped)}); orphans by outcome: {_pairs(orphan_outcomes)}")
@@ -232,15 +233,23 @@ def render(samples) -> str:
     budget = v.rows("reaper_budget_info")
     text = f"stray CPU {_seconds(v.get('reaper_stray_cpu_seconds_total') or 0)}"
     if budget:
-        text = f"on ({budget[0].labels.get('mechanism', '')}), " + text
+        mech = budget[0].labels.get('mechanism', '')
+        memory = budget[0].labels.get("memory_mechanism", "none")
+        text = f"on ({mech}{'' if memory in ('', 'none') else ', memory ' + memory}), " + text
         text += f"; violations: {_pairs(v.by('reaper_budget_violations_total', 'action'))}"
         text += f"; actions: {_pairs(v.by('reaper_budget_actions_total', 'action'))}"
+        reasons = {k: n for k, n in v.by("reaper_budget_actions_total", "reason").items() if k != "any"}
+        if reasons:
+            text += f" (for {_pairs(reasons)})"
     else:
         text = "off, " + text
     row("budgets", text)
+    memory = {s.labels.get("pid", ""): s.value for s in v.rows("reaper_stray_memory_bytes")}
     for s in sorted(v.rows("reaper_stray_cpu_cores"), key=lambda s: -s.value)[:5]:
+        rss = memory.get(s.labels.get("pid", ""))
         row("", f"stray {s.labels.get('name', '')}[{s.labels.get('pid', '')}] "
-                f"{s.value:.2f} cores ({s.labels.get('action', '')})")
+                f"{s.value:.2f} cores" + (f", {rss / 2**20:.0f} MiB" if rss else "") +
+                f" ({s.labels.get('action', '')})")
     busy = v.by("reaper_node_cpu_busy_ratio", "cpu")
     if busy:
         top = max(busy, key=lambda c: busy[c])
@@ -256,6 +265,16 @@ def render(samples) -> str:
         if visible is not None:
             text += f", {_n(visible)} visible to reaper"
         row("cgroups", text)
+    live = v.get("reaper_cgroup_v2_descendants", state="live")
+    if live is not None:
+        dying = v.get("reaper_cgroup_v2_descendants", state="dying") or 0
+        text = (f"{_n(live)} live and {_n(dying)} dying cgroups below the highest cgroup v2 reaper sees "
+                "(cgroup.stat; dying: removed, still holding charged memory)")
+        mem_live = v.get("reaper_cgroup_v2_controller_cgroups", controller="memory", state="live")
+        mem_dying = v.get("reaper_cgroup_v2_controller_cgroups", controller="memory", state="dying")
+        if mem_live is not None or mem_dying is not None:
+            text += f"; memory controller: {_n(mem_live)} live, {_n(mem_dying)} dying"
+        row("cgroup v2", text)
     if v.get("reaper_cgroup_pids_available"):
         row("pids", f"{_n(v.get('reaper_cgroup_pids'))} / {_n(v.get('reaper_cgroup_pids_max'))} (reaper's cgroup)")
     cpu = v.get("reaper_cpu_seconds_total")
@@ -263,6 +282,26 @@ def render(samples) -> str:
     if cpu is not None:
         row("self", f"CPU {_seconds(cpu)}" + (f", RSS {rss / 2**20:.1f} MiB" if rss else ""))
     return "\n".join(lines) + "\n"
+
+
+def _services(v, row) -> None:
+    """One line per supervised service: state, pid-less facts from the metrics."""
+    names = [s.labels.get("service", "") for s in v.rows("reaper_service_starts_total")]
+    now = time.time()
+    for name in names:
+        state = [k for k, n in v.by("reaper_service_state", "state", service=name).items() if n]
+        text = f"{name}: {state[0] if state else '?'}"
+        if v.get("reaper_service_ready", service=name):
+            text += ", ready"
+        starts = v.get("reaper_service_starts_total", service=name)
+        text += f", {_n(starts)} {'start' if starts == 1 else 'starts'}"
+        since = v.get("reaper_service_start_time_seconds", service=name)
+        if since is not None and v.get("reaper_service_up", service=name):
+            text += f", up {_dur(now - since)}"
+        code = v.get("reaper_service_last_exit_code", service=name)
+        if code is not None:
+            text += f", last exit {_n(code)}"
+        row("service" if name == names[0] else "", text)
 
 
 def _drain(v, phase: str, paused: bool = False) -> str:
@@ -405,9 +444,9 @@ def watch_command(argv: list, sfd: int) -> int:
 
 
 def _enforcer(cfg, log, stats, scope):
-    from reaper import budget
+    from reaper.budgets.enforcer import Enforcer
 
-    return budget.Enforcer(cfg, log, stats.budget, scope)
+    return Enforcer(cfg, log, stats.budget, scope)
 
 
 def _count_signal(stats, signo: int) -> None:

@@ -12,8 +12,6 @@ import and never buffers. Two rules keep PID 1 alive whatever stderr is:
 - Never flood. The same event (same key) repeated within REPEAT_WINDOW seconds
   is counted, not printed; the count comes with its next line, or at close().
 """
-from __future__ import annotations
-
 import os
 import stat
 import time

@@ -33,7 +33,7 @@ SCAN_MAX_AGE = 0.5          # a /proc scan is reused by scrapes within this many
 TOP = 10                    # at most this many zombie parents / strays are labelled
 LISTEN_BACKLOG = 1024       # accept() queue: a flood of connects must not drop a scraper's SYN
 # What the collector reads; reaper_source_available says which it could read for a scrape.
-SOURCES = ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "cgroup_tree", "self_memory")
+SOURCES = ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "cgroup_tree", "cgroup_stat", "self_memory")
 
 
 class SetupError(Exception):
@@ -43,7 +43,7 @@ class SetupError(Exception):
 # --- before the spawn -------------------------------------------------------------
 
 def prepare(cfg, stats, log, mode: str = "init") -> "Exporter":
-    # The metrics file was checked when the options were parsed (options.check_writable).
+    # The metrics file was checked when the options were parsed (reaper.values.check_writable).
     sock = _bind(cfg.metrics_address, cfg.metrics_port) if cfg.metrics_port is not None else None
     return Exporter(cfg, stats, log, sock, mode)
 
@@ -319,7 +319,7 @@ class ReaperCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         s, available = self.x.stats, {}
-        for section in (self._identity, self._main_child, self._reaping, self._signals, self._drain,
+        for section in (self._identity, self._main_child, self._services, self._reaping, self._signals, self._drain,
                         self._errors, self._scope_metrics, self._budget, self._self_usage, self._node_cpu,
                         self._node_cgroups, self._cgroup_pids):
             yield from self._run(section, s, available)
@@ -389,6 +389,40 @@ class ReaperCollector:
         for phase in ("running", "draining", "killing", "done"):
             g.add_metric([phase], 1 if s.phase == phase else 0)
         yield g
+
+    def _services(self, s, available):
+        """Supervised services (reaper/services/): only when there are some."""
+        from prometheus_client.core import CounterMetricFamily as C, GaugeMetricFamily as G
+
+        services = list(s.services)
+        if not services:
+            return
+        from reaper.services.runner import STATES
+
+        up = G("reaper_service_up", "1 while the service's process runs", labels=["service"])
+        ready = G("reaper_service_ready", "1 once the service said it is ready (its current run; "
+                                          "only --service-ready services say so)", labels=["service"])
+        starts = C("reaper_service_starts", "Times the service was started (failed starts included)",
+                   labels=["service"])
+        failed = G("reaper_service_failed", "1 once the service was given up (the restart limit, or a "
+                                            "failure under --restart never)", labels=["service"])
+        state = G("reaper_service_state", "The service's state: 1 for the current one", labels=["service", "state"])
+        code = G("reaper_service_last_exit_code", "The exit code of the service's last run (128+N: killed "
+                                                  "by signal N); absent before its first exit", labels=["service"])
+        since = G("reaper_service_start_time_seconds", "When the service's current or last run started, "
+                                                       "seconds since the epoch", labels=["service"])
+        for svc in services:
+            up.add_metric([svc.name], 1 if svc.pid is not None else 0)
+            ready.add_metric([svc.name], 1 if svc.ready else 0)
+            starts.add_metric([svc.name], svc.starts)
+            failed.add_metric([svc.name], 1 if svc.failed else 0)
+            for st in STATES:
+                state.add_metric([svc.name, st], 1 if svc.state == st else 0)
+            if svc.last_exit_code is not None:
+                code.add_metric([svc.name], svc.last_exit_code)
+            if svc.started_at is not None:
+                since.add_metric([svc.name], svc.started_at)
+        yield from (up, ready, starts, failed, state, code, since)
 
     def _reaping(self, s, available):
         from prometheus_client.core import CounterMetricFamily as C, HistogramMetricFamily
@@ -500,6 +534,10 @@ class ReaperCollector:
         main_tree = set()
         if main is not None and main in table:
             main_tree = {main} | nodestats.descendants(table, main)
+        kept = set(main_tree)
+        for pid in list(getattr(sc, "supervised", ())):      # services are not strays
+            if pid in table:
+                kept |= {pid} | nodestats.descendants(table, pid)
         parents: dict = {}
         for z in zombies:
             parents[z.ppid] = parents.get(z.ppid, 0) + 1
@@ -510,7 +548,7 @@ class ReaperCollector:
             "parents": [(pid, table[pid].name if pid in table else "", n) for pid, n in top],
             "live": len(live),
             "main_tree": len([p for p in live if p in main_tree]),
-            "outside": len([p for p in live if p not in main_tree]),
+            "outside": len([p for p in live if p not in kept]),
         }
 
     def _budgets(self) -> bool:
@@ -523,27 +561,35 @@ class ReaperCollector:
         yield C("reaper_stray_cpu_seconds", "CPU used by stray processes while reaper watched them",
                 value=getattr(b, "stray_cpu_seconds", 0.0))
         for name, doc, attr in (
-                ("reaper_budget_violations", "CPU budget violations, by the configured action", "violations"),
-                ("reaper_budget_actions", "Actions taken on strays over budget, by action", "actions")):
-            c = C(name, doc, labels=["action"])
-            for action, n in sorted(_copy(getattr(b, attr, None)).items()):
-                c.add_metric([str(action)], n)
+                ("reaper_budget_violations", "Budget violations, by the configured action and the budget "
+                                             "(reason: cpu, memory, age)", "violations_by_reason"),
+                ("reaper_budget_actions", "Actions taken on strays, by action and by what they were for "
+                                          "(reason: cpu, memory, age, any)", "actions_by_reason")):
+            c = C(name, doc, labels=["action", "reason"])
+            for (action, reason), n in sorted(_copy(getattr(b, attr, None)).items()):
+                c.add_metric([str(action), str(reason)], n)
             yield c
         if not self._budgets():
             return
-        yield C("reaper_budget_samples", "CPU samples the budget enforcer has taken",
+        yield C("reaper_budget_samples", "Samples the budget enforcer has taken",
                 value=getattr(b, "samples", 0))
-        g = G("reaper_budget_info", "CPU budgets are on; mechanism: how throttling is done", labels=["mechanism"])
-        g.add_metric([getattr(b, "mechanism", "") or "none"], 1)
+        yield C("reaper_budget_stale_cgroups_removed", "Stray cgroups left by reapers that are gone, removed "
+                                                       "at start", value=getattr(b, "stale_cgroups_removed", 0))
+        g = G("reaper_budget_info", "Budgets are on; mechanism: how CPU throttling is done; memory_mechanism: "
+                                    "how memory budgets are held", labels=["mechanism", "memory_mechanism"])
+        g.add_metric([getattr(b, "mechanism", "") or "none", getattr(b, "memory_mechanism", "") or "none"], 1)
         yield g
         strays = list(getattr(b, "stray_list", None) or [])
-        strays.sort(key=lambda d: -float(d.get("cpu_cores", 0) or 0))
-        g = G("reaper_stray_cpu_cores", f"CPU cores used by the {TOP} busiest strays (comm, never the command line)",
-              labels=["pid", "name", "action"])
-        for d in strays[:TOP]:
-            g.add_metric([str(d.get("pid", "")), str(d.get("name", ""))[:32], str(d.get("action", "") or "none")],
-                         float(d.get("cpu_cores", 0) or 0))
-        yield g
+        for metric, doc, field in (
+                ("reaper_stray_cpu_cores", f"CPU cores used by the {TOP} busiest strays (comm, never the "
+                                           "command line)", "cpu_cores"),
+                ("reaper_stray_memory_bytes", f"Resident memory of the {TOP} strays holding most (comm, never "
+                                              "the command line)", "memory_bytes")):
+            g = G(metric, doc, labels=["pid", "name", "action"])
+            for d in sorted(strays, key=lambda d: -float(d.get(field, 0) or 0))[:TOP]:
+                g.add_metric([str(d.get("pid", "")), str(d.get("name", ""))[:32],
+                              str(d.get("action", "") or "none")], float(d.get(field, 0) or 0))
+            yield g
 
     def _self_usage(self, s, available):
         from prometheus_client.core import CounterMetricFamily as C, GaugeMetricFamily as G
@@ -609,6 +655,24 @@ class ReaperCollector:
             yield g
         yield G("reaper_node_memory_cgroups_available", "1 if /proc/cgroups lists the memory controller",
                 value=1 if cgroups and "memory" in cgroups else 0)
+        st = self._fresh("cgroup_stat", nodestats.cgroup_stat)
+        available["cgroup_stat"] = st is not None
+        if st is not None:
+            g = G("reaper_cgroup_v2_descendants", "Cgroups below the highest cgroup v2 directory visible "
+                                                   "(its cgroup.stat): live ones, and dying ones (removed, "
+                                                   "still held by charged memory)", labels=["state"])
+            g.add_metric(["live"], st.live)
+            g.add_metric(["dying"], st.dying)
+            yield g
+            g = G("reaper_cgroup_v2_controller_cgroups", "The same by controller (cgroup.stat's nr_subsys_* "
+                                                          "and nr_dying_subsys_*, newer kernels)",
+                  labels=["controller", "state"])
+            for ctrl in sorted(set(st.subsys) | set(st.dying_subsys)):
+                if ctrl in st.subsys:
+                    g.add_metric([ctrl, "live"], st.subsys[ctrl])
+                if ctrl in st.dying_subsys:
+                    g.add_metric([ctrl, "dying"], st.dying_subsys[ctrl])
+            yield g
         visible = self.x.memory_visible
         available["cgroup_tree"] = visible is not None
         if visible is not None:

@@ -1,5 +1,6 @@
 """What /proc and the cgroup filesystem say, read-only: the process table of
-reaper's scope, per-core CPU, cgroup counts and the pids controller.
+reaper's scope, per-core CPU, cgroup counts (/proc/cgroups, the visible tree, the
+root cgroup.stat of cgroup v2) and the pids controller.
 
 The exporter reads it at scrape time and from its sampler thread; the drain
 reads the process table (scan, descendants, read_proc) to find what is left
@@ -269,4 +270,49 @@ def visible_memory_cgroups(proc: str = "/proc") -> "int | None":
                 if n >= MAX_CGROUP_DIRS:
                     break
             return n
+    return None
+
+
+class CgroupStat(NamedTuple):
+    """The root cgroup.stat of the highest cgroup v2 directory visible."""
+    path: str              # the directory read
+    live: int              # nr_descendants: live cgroups below it
+    dying: int             # nr_dying_descendants: removed, still held by charged memory
+    subsys: dict           # controller -> live cgroups using it (nr_subsys_*, newer kernels)
+    dying_subsys: dict     # controller -> dying cgroups using it (nr_dying_subsys_*)
+
+
+def parse_cgroup_stat(text: str, path: str = "") -> "CgroupStat | None":
+    """cgroup.stat's "key value" lines; None without the two counts every kernel has."""
+    values, subsys, dying_subsys = {}, {}, {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if not value.strip().isdigit():
+            continue
+        n = int(value)
+        if key.startswith("nr_dying_subsys_"):
+            dying_subsys[key[len("nr_dying_subsys_"):]] = n
+        elif key.startswith("nr_subsys_"):
+            subsys[key[len("nr_subsys_"):]] = n
+        else:
+            values[key] = n
+    if "nr_descendants" not in values or "nr_dying_descendants" not in values:
+        return None
+    return CgroupStat(path, values["nr_descendants"], values["nr_dying_descendants"], subsys, dying_subsys)
+
+
+def cgroup_stat(proc: str = "/proc") -> "CgroupStat | None":
+    """cgroup.stat at the top of the visible cgroup v2 hierarchy: a container's own
+    subtree, the host's where the host's cgroupfs is mounted. None without one."""
+    v2 = sorted((m for m in cgroup_mounts(proc) if m.version == 2), key=lambda m: len(m.root.rstrip("/")))
+    for m in v2:
+        path = os.path.join(m.point, "cgroup.stat")
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        st = parse_cgroup_stat(text, m.point)
+        if st is not None:
+            return st
     return None

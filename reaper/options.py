@@ -5,11 +5,22 @@ Parsing stops at the first non-option (POSIX, like dumb-init), so
 getopt or argparse: both import gettext and re, milliseconds on the path from
 start to the child's exec, which nothing may slow.
 """
-from __future__ import annotations
-
 import os
 
-from reaper.log import display, quoted  # noqa: F401  (re-exported: signals, commands)
+
+# reaper.log's text helpers, for error messages (and re-exported: signals, commands).
+# Imported on first use: reaper.log is not on the way from start to the child's exec.
+def display(text) -> str:
+    from reaper.log import display as _display
+
+    return _display(text)
+
+
+def quoted(text) -> str:
+    from reaper.log import quoted as _quoted
+
+    return _quoted(text)
+
 
 DEFAULT_METRICS_PORT = 9259
 BUDGET_ACTIONS = ("observe", "nice", "throttle", "terminate")
@@ -44,6 +55,15 @@ class Config:
     no_drain = False
     pause = False
     exit_zero_on_stop = False
+    # supervised services (reaper/services/)
+    services_dir = None
+    restart = "always"
+    restart_delay = 1.0
+    restart_max_delay = 30.0
+    restart_limit = (5, 120.0)    # (starts, seconds)
+    on_service_failure = "ignore"
+    wait_ready = None
+    service_specs: list = []      # [services.spec.ServiceSpec], resolved by parse()
     # CPU budgets for strays
     cpu_budget = None
     cpu_budget_total = None
@@ -52,6 +72,9 @@ class Config:
     budget_action = "nice"
     budget_kill_after = 60.0
     budget_interval = 1.0
+    memory_budget = None          # bytes, per stray (resident memory)
+    memory_budget_total = None    # bytes, all strays together
+    stray_max_age = None          # seconds from a stray's first sighting to its SIGTERM
     ray_aware = True
     stray_cpus = None
     # statistics
@@ -66,15 +89,23 @@ class Config:
         self.rewrite: dict = {}
         self.stray_match: list = []
         self.protect: list = []
+        self.services: list = []          # [(name, argv)] from --service / REAPER_SERVICES
+        self.service_ready: list = []
 
     def __repr__(self) -> str:
         fields = {k: getattr(self, k) for k in dir(self) if not k.startswith("_") and
-                  not callable(getattr(self, k)) and k not in ("budgets_enabled", "metrics_enabled")}
+                  not callable(getattr(self, k)) and k not in ("budgets_enabled", "metrics_enabled",
+                                                               "services_enabled")}
         return f"Config({fields})"
 
     @property
     def budgets_enabled(self) -> bool:
-        return self.cpu_budget is not None or self.cpu_budget_total is not None
+        return any(v is not None for v in (self.cpu_budget, self.cpu_budget_total, self.memory_budget,
+                                             self.memory_budget_total, self.stray_max_age))
+
+    @property
+    def services_enabled(self) -> bool:
+        return bool(self.service_specs)
 
     @property
     def metrics_enabled(self) -> bool:
@@ -125,6 +156,28 @@ def _cores(text: str) -> float:
     return v
 
 
+# Sizes: K, M, G, T are powers of 1024, as are Kubernetes' Ki, Mi, Gi, Ti.
+_SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+               "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+
+
+def size(text: str) -> int:
+    """A size in bytes: '67108864', '64M', '1.5G', '512Mi'; > 0 and below 2**62."""
+    t = text.strip()
+    num = t.rstrip("KMGTi")
+    unit = t[len(num):]
+    bad = ValueError(f"expected a size in bytes such as 512M, 2G or 1Gi, not {quoted(text)}")
+    if unit not in _SIZE_UNITS or not num or not num.isascii() or num.strip("0123456789.") or \
+            num.count(".") > 1 or num == ".":
+        raise bad
+    v = int(float(num) * _SIZE_UNITS[unit])
+    if v <= 0:
+        raise ValueError(f"must be a size > 0, not {quoted(text)}")
+    if v >= 1 << 62:
+        raise ValueError(f"must be below 4 EiB, not {quoted(text)}")
+    return v
+
+
 def _exit_code(text: str) -> int:
     if not digits(text.strip()) or not 0 <= int(text) <= 255:
         raise ValueError(f"exit status must be 0-255, not {quoted(text)}")
@@ -160,76 +213,13 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _address(text: str) -> str:
-    """An IPv4 or IPv6 literal ('[::1]' too) or a host name; no name lookup here."""
-    host = text.strip()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    bad = ValueError(f"bad address {quoted(text)} (expected an IPv4 or IPv6 address or a host name)")
-    if not host or not host.isascii() or not host.isprintable():
-        raise bad
-    import socket
+def _later(name: str):
+    """A parser of reaper/values.py, imported when an option that needs it is given."""
+    def parse(text: str):
+        from reaper import values
 
-    if ":" in host:                                      # IPv6, perhaps with a zone: fe80::1%eth0
-        addr, pct, zone = host.partition("%")
-        if pct and (not zone or zone.strip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")):
-            raise bad
-        try:
-            socket.inet_pton(socket.AF_INET6, addr)
-        except (OSError, ValueError):
-            raise bad from None
-        return text.strip()
-    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
-    if digits(labels[-1]):                               # numeric: an IPv4 address or nothing
-        try:
-            socket.inet_pton(socket.AF_INET, host)
-        except (OSError, ValueError):
-            raise bad from None
-        return text.strip()
-    for label in labels:
-        if not 0 < len(label) <= 63 or label[0] == "-" or label[-1] == "-" or \
-                label.strip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-"):
-            raise bad
-    if len(host) > 253:
-        raise bad
-    return text.strip()
-
-
-def check_writable(path: str) -> None:
-    """Raises ValueError unless a file can be written at path: a directory is an
-    error; a temporary file is created beside it and removed (as metrics.py does)."""
-    if os.path.isdir(path):
-        raise ValueError(f"{display(path)} is a directory")
-    d, base = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(d, f".{base}.tmp{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as e:
-        raise ValueError(f"cannot write in {display(d)}: {e.strerror}") from None
-    os.close(fd)
-    try:
-        os.unlink(tmp)
-    except OSError:
-        pass
-
-
-def _writable_file(text: str) -> str:
-    """A file reaper writes: checked now, and made absolute (reaper's working
-    directory is / once the child runs)."""
-    if not text.strip():
-        raise ValueError("expected a path, not an empty string")
-    check_writable(text)
-    return os.path.abspath(text)
-
-
-def _regex(text: str) -> str:
-    import re
-
-    try:
-        re.compile(text)
-    except re.error as e:
-        raise ValueError(f"invalid regular expression {quoted(text)}: {e}") from None
-    return text
+        return getattr(values, name)(text)
+    return parse
 
 
 def _action(text: str) -> str:
@@ -238,28 +228,42 @@ def _action(text: str) -> str:
     return text
 
 
-def parse_cpu_list(text: str, present_only: bool = True) -> frozenset:
-    """'0-3,7' -> {0,1,2,3,7}; every CPU must exist on this machine (present_only)."""
-    cpus = set()
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not digits(lo) or (sep and not digits(hi)):
-            raise ValueError(f"bad CPU list {quoted(text)} (expected e.g. 0-3,7 or auto)")
-        lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
-        if hi_i < lo_i:
-            raise ValueError(f"bad CPU range {quoted(part)}")
-        cpus.update(range(lo_i, hi_i + 1))
-    if not present_only:
-        return frozenset(cpus)
-    present = os.sched_getaffinity(0) | set(range(os.cpu_count() or 1))
-    unknown = sorted(cpus - present)
-    if unknown:
-        raise ValueError(f"unknown CPU {unknown[0]} in {quoted(text)}")
-    return frozenset(cpus)
+RESTART_POLICIES = ("always", "on-failure", "never")
+SERVICE_FAILURE_ACTIONS = ("ignore", "stop")
+
+
+def _choice(choices: tuple, what: str):
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"unknown {what} {quoted(text)} (choose from {', '.join(choices)})")
+        return text
+    return parse
+
+
+def _restart_limit(text: str) -> tuple:
+    """N/SECONDS: N starts within SECONDS give a service up (N >= 1)."""
+    n, sep, secs = text.strip().partition("/")
+    if not sep or not digits(n.strip()) or int(n) < 1:
+        raise ValueError(f"expected N/SECONDS with N >= 1 (e.g. 5/120), not {quoted(text)}")
+    return int(n), seconds(secs)
+
+
+def _service(text: str) -> tuple:
+    from reaper.services.spec import parse_service    # only when a service is given
+
+    return parse_service(text)
+
+
+def _service_name(text: str) -> str:
+    from reaper.services.spec import check_name
+
+    return check_name(text.strip())
 
 
 def _cpus(text: str) -> str:
     if text != "auto":
+        from reaper.values import parse_cpu_list
+
         parse_cpu_list(text)
     return text
 
@@ -273,7 +277,7 @@ class Option:
         self.long = long          # --long
         self.short = short        # -s, or "" when there is none
         self.dest = dest          # Config attribute
-        self.kind = kind          # flag | count | value | list | off
+        self.kind = kind          # flag | count | value | list | lines | off
         self.help = help
         self.metavar = metavar    # "" for options that take no value
         self.parse = parse        # str -> value; raises ValueError
@@ -314,10 +318,45 @@ OPTIONS = (
     Option("exit-zero-on-stop", "", "exit_zero_on_stop", "flag",
            "exit 0 when the child ends after reaper forwarded it SIGTERM (a requested stop)",
            env=("REAPER_EXIT_ZERO_ON_STOP",)),
+    Option("service", "", "services", "lines",
+           "run COMMAND beside the main child as service NAME, restarted when it ends (repeatable; "
+           "the variable takes one per line)", "NAME=COMMAND", _service, env=("REAPER_SERVICES",),
+           section="services"),
+    Option("services-dir", "", "services_dir", "value", "every executable file in DIR is a service",
+           "DIR", str, env=("REAPER_SERVICES_DIR",), section="services"),
+    Option("restart", "", "restart", "value", "always | on-failure | never: when a service is restarted (always)",
+           "POLICY", _choice(RESTART_POLICIES, "restart policy"), env=("REAPER_RESTART",), section="services"),
+    Option("restart-delay", "", "restart_delay", "value", "seconds before the first restart (1), doubled each time",
+           "SECONDS", _seconds_positive, env=("REAPER_RESTART_DELAY",), section="services"),
+    Option("restart-max-delay", "", "restart_max_delay", "value", "the longest delay between restarts (30)",
+           "SECONDS", _seconds_positive, env=("REAPER_RESTART_MAX_DELAY",), section="services"),
+    Option("restart-limit", "", "restart_limit", "value",
+           "a service started N times within SECONDS is given up (5/120)", "N/SECONDS", _restart_limit,
+           env=("REAPER_RESTART_LIMIT",), section="services"),
+    Option("on-service-failure", "", "on_service_failure", "value",
+           "ignore | stop: stop the main child and exit non-zero when a service is given up (ignore)",
+           "ACTION", _choice(SERVICE_FAILURE_ACTIONS, "action"), env=("REAPER_ON_SERVICE_FAILURE",),
+           section="services"),
+    Option("service-ready", "", "service_ready", "list",
+           "service NAME says when it is ready, on the fd in $REAPER_READY_FD (repeatable)", "NAME",
+           _service_name, env=("REAPER_SERVICE_READY",), section="services"),
+    Option("wait-ready", "", "wait_ready", "value",
+           "start the main child once the --service-ready services are ready, or after SECONDS",
+           "SECONDS", _seconds_positive, env=("REAPER_WAIT_READY",), section="services"),
     Option("cpu-budget", "", "cpu_budget", "value", "CPU budget of each stray process, in cores",
            "CORES", _cores, env=("REAPER_CPU_BUDGET",), section="budget"),
     Option("cpu-budget-total", "", "cpu_budget_total", "value", "CPU budget of all strays together, in cores",
            "CORES", _cores, env=("REAPER_CPU_BUDGET_TOTAL",), section="budget"),
+    Option("memory-budget", "", "memory_budget", "value",
+           "resident memory each stray process may hold (e.g. 512M, 2G, 1Gi)",
+           "BYTES", size, env=("REAPER_MEMORY_BUDGET",), section="budget"),
+    Option("memory-budget-total", "", "memory_budget_total", "value",
+           "resident memory all strays together may hold", "BYTES", size,
+           env=("REAPER_MEMORY_BUDGET_TOTAL",), section="budget"),
+    Option("stray-max-age", "", "stray_max_age", "value",
+           "SIGTERM a stray this many seconds after it was first seen, SIGKILL after --grace "
+           "(observe only reports it)", "SECONDS", _seconds_positive,
+           env=("REAPER_STRAY_MAX_AGE",), section="budget"),
     Option("budget-window", "", "budget_window", "value", "seconds CPU use is averaged over (10)",
            "SECONDS", _seconds_positive, env=("REAPER_BUDGET_WINDOW",), section="budget"),
     Option("budget-grace", "", "budget_grace", "value", "seconds a new stray may use CPU freely (30)",
@@ -330,9 +369,9 @@ OPTIONS = (
     Option("budget-interval", "", "budget_interval", "value", "seconds between CPU samples (1)",
            "SECONDS", _seconds_positive, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
     Option("stray-match", "", "stray_match", "list", "a process whose command line matches is a stray (repeatable)",
-           "REGEX", _regex, env=("REAPER_STRAY_MATCH",), section="budget"),
+           "REGEX", _later("regex"), env=("REAPER_STRAY_MATCH",), section="budget"),
     Option("protect", "", "protect", "list", "a process whose command line matches is never a stray (repeatable)",
-           "REGEX", _regex, env=("REAPER_PROTECT",), section="budget"),
+           "REGEX", _later("regex"), env=("REAPER_PROTECT",), section="budget"),
     Option("no-ray-aware", "", "ray_aware", "off", "do not treat children of idle Ray workers as strays",
            env=("REAPER_NO_RAY_AWARE",), section="budget"),
     Option("stray-cpus", "", "stray_cpus", "value", "keep strays on these CPUs (e.g. 2-7), or auto",
@@ -343,13 +382,13 @@ OPTIONS = (
     Option("metrics-port", "", "metrics_port", "value", "serve Prometheus metrics on PORT",
            "PORT", _port, env=("REAPER_METRICS_PORT",), section="metrics"),
     Option("metrics-address", "", "metrics_address", "value", "address the metrics endpoint binds (0.0.0.0)",
-           "ADDR", _address, env=("REAPER_METRICS_ADDRESS",), section="metrics"),
+           "ADDR", _later("address"), env=("REAPER_METRICS_ADDRESS",), section="metrics"),
     Option("metrics-file", "", "metrics_file", "value", "also write the metrics to PATH at an interval",
-           "PATH", _writable_file, env=("REAPER_METRICS_FILE",), section="metrics"),
+           "PATH", _later("writable_file"), env=("REAPER_METRICS_FILE",), section="metrics"),
     Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes (10)",
            "SECONDS", _seconds_positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
     Option("summary-file", "", "summary_file", "value", "write the exit summary (JSON) to PATH",
-           "PATH", _writable_file, env=("REAPER_SUMMARY_FILE",), section="metrics"),
+           "PATH", _later("writable_file"), env=("REAPER_SUMMARY_FILE",), section="metrics"),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -420,8 +459,10 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
             return
         raw = ""
     try:
-        if opt.kind == "list":
-            items = [raw] if origin.startswith("-") else [p for p in split_list(raw) if p.strip()]
+        if opt.kind in ("list", "lines"):
+            # A variable holds a comma-separated list, or ("lines") one item per line.
+            items = [raw] if origin.startswith("-") else \
+                [p for p in (raw.splitlines() if opt.kind == "lines" else split_list(raw)) if p.strip()]
             values = [opt.parse(p) for p in items]
             setattr(cfg, opt.dest, list(getattr(cfg, opt.dest)) + values)
         else:
@@ -433,6 +474,16 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
 def _finish(cfg: Config) -> Config:
     cfg.remap_exit = frozenset(cfg.remap_exit)
     cfg.rewrite = dict(cfg.rewrite)
+    if cfg.restart_max_delay < cfg.restart_delay:
+        raise UsageError(f"--restart-max-delay ({cfg.restart_max_delay:g}) is shorter than --restart-delay "
+                         f"({cfg.restart_delay:g})")
+    if cfg.services or cfg.services_dir is not None or cfg.service_ready:
+        from reaper.services import spec      # only when services are asked for
+
+        try:
+            cfg.service_specs = spec.resolve(cfg)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if cfg.single_child:
         cfg.process_group = False
     return cfg
@@ -459,7 +510,7 @@ def parse(argv: list, environ: "dict | None" = None) -> Config:
                 _apply(cfg, opt, environ[var], var)
                 break
     for dest, uses in given.items():
-        if uses[0][0].kind == "list":
+        if uses[0][0].kind in ("list", "lines"):
             setattr(cfg, dest, [])
         for opt, value, flag in uses:
             _apply(cfg, opt, None if opt.kind in ("flag", "count", "off", "quiet") else value, flag)
@@ -475,7 +526,7 @@ def parse(argv: list, environ: "dict | None" = None) -> Config:
 
 
 def _takes_value(opt: Option) -> bool:
-    return opt.kind in ("value", "list") and opt.metavar != ""
+    return opt.kind in ("value", "list", "lines") and opt.metavar != ""
 
 
 _LONG = {"--" + o.long: o for o in OPTIONS}
@@ -538,35 +589,6 @@ def _scan(argv: list) -> tuple:
     return found, argv[i:]
 
 
-def write_stdout(text: str, prog: str = "reaper", closed: bool = False) -> int:
-    """Writes text to fd 1 (not sys.stdout: it is None when fd 1 was closed) and
-    returns the exit status: 0, or 1 after one line on stderr when standard output
-    cannot be written (closed, full, a broken pipe), as coreutils does. closed: the
-    caller knows fd 1 was closed when it started (its number may have been reused)."""
-    import errno
-
-    data = text.encode("utf-8", "backslashreplace")
-    try:
-        if closed or _is_signalfd(1):     # fd 1 was closed: reaper's signalfd took its number
-            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-        while data:
-            data = data[os.write(1, data):]
-    except OSError as e:
-        try:
-            os.write(2, f"{prog}: cannot write to standard output: {e.strerror}\n".encode())
-        except OSError:
-            pass
-        return 1
-    return 0
-
-
-def _is_signalfd(fd: int) -> bool:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[signalfd]"
-    except OSError:
-        return False
-
-
 class HelpRequested(Exception):
     pass
 
@@ -579,37 +601,13 @@ class LicenseRequested(Exception):
     """tini's -l: print the license and exit."""
 
 
-_SECTIONS = (("core", "Options"), ("budget", "CPU budgets for stray processes"),
-             ("metrics", "Statistics"))
+def write_stdout(text: str, prog: str = "reaper", closed: bool = False) -> int:
+    from reaper import usage    # with --help and the clients only: not on the way to the exec
+
+    return usage.write_stdout(text, prog, closed)
 
 
 def help_text() -> str:
-    lines = [
-        "usage: reaper [OPTIONS] [--] COMMAND [ARGS...]",
-        "       reaper -P [OPTIONS]                  (pause mode: no command)",
-        "       reaper stats [--url URL | --file PATH]",
-        "       reaper watch [OPTIONS]",
-        "",
-        "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits",
-        "with COMMAND's status. Every option also reads a REAPER_* environment variable.",
-        f"SECONDS are at most {MAX_SECONDS} (one week). Quiet by default: errors, warnings and,",
-        "when reaper did something (reaped an orphan, drained, acted on a budget), one",
-        "summary line at exit.",
-    ]
-    rows = []
-    for section, title in _SECTIONS:
-        rows.append(("", title + ":"))
-        for o in OPTIONS:
-            if o.section != section:
-                continue
-            flag = (f"-{o.short}, " if o.short else "    ") + f"--{o.long}" + (f" {o.metavar}" if o.metavar else "")
-            rows.append((flag, o.help + (f"  [{o.env[0]}]" if o.env else "")))
-    rows += [("", ""), ("-h, --help", "show this help and exit"), ("-V, --version", "show the version and exit"),
-             ("-l, --license", "show the license and exit")]
-    width = max(len(f) for f, _ in rows) + 2
-    for flag, text in rows:
-        if not flag:
-            lines += ["", text] if text else [""]
-        else:
-            lines.append(f"  {flag:<{width}}{text}")
-    return "\n".join(lines) + "\n"
+    from reaper import usage
+
+    return usage.help_text()

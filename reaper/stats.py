@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 
 from reaper import signals
+from reaper._native import REAP_LATENCY_BUCKETS, ffi  # the C core counts into the buckets too
 
-# Reap latency: from the wake-up that found an exited child to its reap.
-REAP_LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1.0)
+
+class Counter(dict):
+    """Counts by key; a missing key counts 0. collections.Counter's one feature used here,
+    without importing collections on PID 1's path (milliseconds and memory at start)."""
+
+    def __missing__(self, key) -> int:
+        return 0
 
 
 def outcome(status: int) -> str:
@@ -27,7 +32,7 @@ def exit_code(status: int) -> int:
 
 
 class BudgetStats:
-    """Filled by the CPU budget enforcer (reaper/budget.py)."""
+    """Filled by the budget enforcer (reaper/budgets/enforcer.py)."""
 
     def __init__(self) -> None:
         self.strays = 0                      # strays alive at the last sample
@@ -35,11 +40,18 @@ class BudgetStats:
         self.stray_cpu_seconds = 0.0         # CPU used by strays, summed over samples
         self.violations = Counter()          # action -> violations seen under that action
         self.actions = Counter()             # action taken -> count (nice, throttle, terminate, ...)
+        # The same, by (action, reason): reason is cpu, memory, age, or any (not tied to one budget).
+        self.violations_by_reason = Counter()
+        self.actions_by_reason = Counter()
         self.mechanism = ""                  # throttle mechanism in use: cgroup_v2, cgroup_v1, sigstop
+        # How memory budgets are held: cgroup_v2, cgroup_v1, terminate; empty before the first need.
+        self.memory_mechanism = ""
         self.samples = 0
+        self.stale_cgroups_removed = 0       # reaper-strays.* left by reapers that are gone
         # Strays alive at the last sample, busiest first, for `reaper stats`:
-        # dicts {pid, name, cpu_cores (averaged over the window), action (strongest
-        # response applied: none, observe, nice, throttle, terminate, kill), since (epoch s)}.
+        # dicts {pid, name, cpu_cores (averaged over the window), memory_bytes (resident),
+        # action (strongest response applied: none, observe, nice, throttle, terminate,
+        # kill), since (epoch s)}.
         self.stray_list: list = []
 
 
@@ -66,6 +78,7 @@ class Stats:
         self.drain_seconds: "float | None" = None
         self.policy_errors = 0                # exceptions caught in policy code
         self.budget = BudgetStats()
+        self.services: list = []              # services.runner.Service, in start order (when configured)
 
     def record_reap(self, kind: str, status: int, latency: float, cpu: float) -> None:
         self._reaped[(kind, outcome(status))] += 1
@@ -83,12 +96,23 @@ class Stats:
         out = Counter(self._reaped)
         t = self.native
         if t is not None:
-            out[("orphan", "exited_0")] += t.exited[0]
-            out[("orphan", "exited_nonzero")] += sum(t.exited[1:256])
-            for sig in range(1, len(t.signaled)):
-                if t.signaled[sig]:
-                    out[("orphan", signals.name(sig))] += t.signaled[sig]
-        return +out                           # drop zero counts
+            exited, signaled = ffi.unpack(t.exited, 256), ffi.unpack(t.signaled, len(t.signaled))
+            out[("orphan", "exited_0")] += exited[0]
+            out[("orphan", "exited_nonzero")] += sum(exited) - exited[0]
+            for sig in range(1, len(signaled)):
+                if signaled[sig]:
+                    out[("orphan", signals.name(sig))] += signaled[sig]
+        return Counter((k, n) for k, n in out.items() if n)   # drop zero counts
+
+    def news(self, log_lines_dropped: int) -> bool:
+        """True when reaper did something beyond passing the child through: reaped an
+        orphan, drained a process, acted on a budget, switched a piece off, lost a
+        line. Cheap: the exit path asks it before building any summary."""
+        t = self.native
+        orphans = any(k == "orphan" for k, _ in self._reaped) or (
+            t is not None and (any(ffi.unpack(t.exited, 256)) or any(ffi.unpack(t.signaled, len(t.signaled)))))
+        return bool(orphans or any(self.drain.values()) or any(self.budget.actions.values()) or
+                    self.policy_errors or log_lines_dropped)
 
     @property
     def reaped_cpu_seconds(self) -> float:
@@ -113,9 +137,10 @@ class Stats:
 
     def summary(self) -> dict:
         """The exit summary: one JSON object with the totals."""
+        reaped = self.reaped
         return {
-            "reaped": self.reaped_total(),
-            "orphans": self.reaped_total("orphan"),
+            "reaped": sum(reaped.values()),
+            "orphans": sum(n for (k, _), n in reaped.items() if k == "orphan"),
             "signals_received": sum(self.signals_received.values()),
             "signals_forwarded": sum(self.signals_forwarded.values()),
             "strays": self.budget.strays_seen,
@@ -128,4 +153,12 @@ class Stats:
             "exit_status": self.exit_status,
             "policy_errors": self.policy_errors,
             "uptime_seconds": round(time.time() - self.start_time, 3),
+            **self._service_counts(),
         }
+
+    def _service_counts(self) -> dict:
+        """Only with services: how many, how many starts, how many given up."""
+        if not self.services:
+            return {}
+        return {"services": len(self.services), "service_starts": sum(s.starts for s in self.services),
+                "service_failures": sum(1 for s in self.services if s.failed)}

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import time
-from typing import Optional
+
+# _signal: the numbers and pidfd_send_signal without the enum module (start-up time and memory).
+import _signal as signal
 
 from reaper import signals
 from reaper._native import EV_EXIT, EV_SIGNAL, EV_STOP, ms_until
-from reaper.boundary import own_children
+from reaper.boundary import own_children, scope_is_empty
 from reaper.log import DEBUG, ERROR, INFO, Log
 from reaper.options import Config
 from reaper.stats import Stats, exit_code
@@ -59,14 +60,14 @@ class Supervisor:
         self.pid = os.getpid()
         self.is_pid1 = self.pid == 1
         self.debug = log.enabled(DEBUG)  # checked before building debug lines on hot paths
-        self.main_pid: Optional[int] = None
+        self.main_pid: "int | None" = None
         self.main_group = 0              # the main child's process group, for the drain without /proc
         self.supervised: set = set()     # pids reaper started besides the main child
         self.phase = "running"
         self.term_count = 0
         self.stop_forwarded = False      # a SIGTERM reached the main child: a requested stop
-        self.deadline: Optional[float] = None
-        self.rescan_at: Optional[float] = None
+        self.deadline: "float | None" = None
+        self.rescan_at: "float | None" = None
         self.rescan_every = RESCAN_FIRST
         self.drain_started = 0.0
         self.drain_targets: dict = {}    # pid -> start time, at drain start
@@ -75,33 +76,82 @@ class Supervisor:
         self.wait_errors = 0
         self.stopped: set = set()        # pids seen stopped (state T or t) by the last scope scan
         self.batch: list = []            # the events of the current wait, for look-ahead
+        self.no_children = False         # the last wait found no child left (ECHILD)
+        # Supervised services (reaper/services/): the runner, set by the "services" piece;
+        # the main child is then started from the loop (spawn_main, set by reaper/pieces.py).
+        self.services = None
+        self.spawn_main = None           # () -> (pid, None) or (None, exit status)
+        self.awaiting_main = False       # services run, the main child not yet
+        self.fixed_status: "int | None" = None   # reaper's exit status, decided before any main child
+        self.service_failure = False     # --on-service-failure stop: a service was given up
 
     # --- the loop ---------------------------------------------------------
 
-    def run(self, main_pid: int) -> int:
+    def run(self, main_pid: int, first=None) -> int:
+        """The loop, to the end of the drain. first: a batch the boundary's first
+        wait took before the policy was loaded, handled before anything else."""
         self.main_pid = main_pid or None
         self.main_group = main_pid or 0      # pause mode: no main child, no group
+        self.awaiting_main = not main_pid and self.spawn_main is not None and self.phase == "running"
         spec = self.waiter.spec
         more = False
         while True:
+            if self.awaiting_main:
+                self._maybe_start_main()
             try:
-                events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
+                if first is not None:
+                    (events, no_children, more), first = first, None
+                else:
+                    events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
             except OSError as e:
-                self._wait_failed(e)
+                self.wait_failed(e)
                 continue
             self.batch = events
             for i, ev in enumerate(events):
                 self._handle(ev, i)
+            if self.waiter.fds_ready and self.services is not None:    # a readiness pipe
+                self.policy.call("services", self.services.read_ready)
             # The C core records the main child's status itself: decided from there,
             # not from an event, so nothing in Python can lose it.
             if self.main_pid is not None and spec.watch_reaped:
+                self.no_children = no_children
                 self._main_exited(spec.watch_status)
             # Deadlines are looked at after every batch, even when more is queued:
             # a flood of signals must not hold the drain past its end.
             now = time.monotonic()
             self.policy.tick(now)
-            if self.phase != "running" and (self.cfg.no_drain or self._drain_step(no_children, now)):
+            if self.phase != "running" and self._may_exit(no_children, now):
                 return self._finish()
+
+    def _may_exit(self, no_children: bool, now: float) -> bool:
+        if not self.cfg.no_drain:
+            return self._drain_step(no_children, now)
+        if self.services is None:
+            return True
+        # --no-drain still stops the services, in order, within the grace.
+        if now >= self.deadline:
+            self.policy.call("services", self.services.kill_left)
+            return True
+        return self.policy.call("services", self.services.drain_step, now) is not False
+
+    def _maybe_start_main(self) -> None:
+        """Services mode: the main child starts once the services piece lets it (at
+        once, or when the --service-ready ones are ready), or when that piece is off."""
+        if self.services is not None and "services" not in self.policy.off and \
+                not self.policy.call("services", self.services.main_may_start) and "services" not in self.policy.off:
+            return
+        self.awaiting_main = False
+        pid, status = self.spawn_main()
+        if pid is None:                  # it could not be started: stop the services, exit with why
+            self.fixed_status = status
+            self._begin_drain()
+            return
+        self.main_pid = self.main_group = pid
+        spec = self.waiter.spec
+        self.waiter.watch(pid, bool(spec.report_all), not self.is_pid1)
+        from reaper.boundary import forward_table
+
+        self.waiter.forward(pid, self.cfg.process_group, forward_table(self.cfg.rewrite))
 
     def _timeout_ms(self) -> int:
         due = self.policy.next_deadline()
@@ -110,7 +160,7 @@ class Supervisor:
                 due = d
         return ms_until(due)
 
-    def _wait_failed(self, e: OSError) -> None:
+    def wait_failed(self, e: OSError) -> None:
         # poll() can fail only for want of kernel memory: say it once, retry soon.
         # The reaping in the next wait does not depend on it.
         self.wait_errors += 1
@@ -120,6 +170,8 @@ class Supervisor:
     def _handle(self, ev, i: int = 0) -> None:
         if ev.kind == EV_EXIT:
             self.policy.call("statistics", self._record_exit, ev)
+            if self.services is not None and ev.pid != self.main_group:
+                self.policy.call("services", self.services.on_exit, ev.pid, ev.code)
         elif ev.kind == EV_STOP:
             self._on_main_stopped(ev, i)
         else:
@@ -175,6 +227,14 @@ class Supervisor:
             self._signal_while_draining(signo)
         elif self.cfg.pause and signo in (signal.SIGTERM, signal.SIGINT):
             self.log.info(f"{signals.name(signo)} received: pause mode ends")
+            self._begin_drain()
+        elif self.awaiting_main and signo in (signal.SIGTERM, signal.SIGINT):
+            # Services waiting for readiness: the main child never starts. The status
+            # is the one it would have had, killed by the signal (-e, --exit-zero-on-stop apply).
+            self.log.info(f"{signals.name(signo)} received before the main child started: not starting it")
+            code = 128 + signo
+            stopped = self.cfg.exit_zero_on_stop and signo == signal.SIGTERM
+            self.fixed_status = 0 if code in self.cfg.remap_exit or stopped else code
             self._begin_drain()
         elif signo in JOB_STOPS and ev.forwarded != 0 and self.main_pid is not None and \
                 not (signo == self.cfg.pdeath_signal and ev.code == signals.SI_USER and ev.pid == 0):
@@ -296,8 +356,9 @@ class Supervisor:
     def _signal_scope(self, signo: int, targets: "dict | None" = None) -> None:
         # Checked at the call, not from startup state: getpid() == 1 means PID 1 of
         # its own namespace, where -1 is exactly "everyone but me". Anywhere else
-        # kill(-1) would reach every process the user owns.
-        if os.getpid() == 1:
+        # kill(-1) would reach every process the user owns. (Not while services are
+        # kept out of the round: they are stopped later, one at a time.)
+        if os.getpid() == 1 and (signo == signal.SIGKILL or not self._services_kept()):
             try:
                 os.kill(-1, signo)
             except OSError:   # ESRCH: nobody left; EPERM: none it may signal
@@ -381,12 +442,25 @@ class Supervisor:
         self.phase = self.stats.phase = "draining"
         self.drain_started = time.monotonic()
         self.deadline = self.drain_started + self.cfg.grace
+        self.awaiting_main = False
+        if self.services is not None:   # no more restarts; stopped after the rest (drain_step)
+            self.policy.call("services", self.services.begin_drain)
         if self.cfg.no_drain:
             return                  # --no-drain: the rest is left alone (run() exits now)
         self._terminate_scope()
 
+    def _services_kept(self) -> bool:
+        return self.services is not None and "services" not in self.policy.off and \
+            bool(self.policy.call("services", self.services.kept))
+
     def _terminate_scope(self) -> None:
+        if scope_is_empty(self.no_children, self.main_group):
+            self.drain_targets = {}                 # the common end: no /proc scan, no imports
+            return
         self.drain_targets = self._scope()
+        if self._services_kept():       # the services and their trees come later, in order
+            self.drain_targets = self.policy.call("services", self.services.exclude, self.drain_targets) \
+                or {}
         if not self.drain_targets and os.path.exists("/proc/self/stat"):
             return                                  # nothing left: the next wait says ECHILD
         if self.cfg.grace <= 0:
@@ -434,6 +508,8 @@ class Supervisor:
             return True
         if self.phase == "draining" and now >= self.deadline:
             self._kill_all()
+        elif self.phase == "draining" and self.services is not None:
+            self.policy.call("services", self.services.drain_step, now)    # the ordered stop
         elif self.phase == "killing":
             if now >= self.deadline:
                 survivors = self._alive(self.kill_targets)
@@ -456,5 +532,9 @@ class Supervisor:
         code = 0 if self.cfg.pause else exit_code(self.waiter.spec.watch_status)
         stopped = self.cfg.exit_zero_on_stop and self.stop_forwarded
         status = 0 if code in self.cfg.remap_exit or stopped else code
+        if self.fixed_status is not None:          # the main child never ran
+            status = self.fixed_status
+        elif self.service_failure:                 # --on-service-failure stop: never 0
+            status = code or 1
         self.stats.exit_status = status
         return status

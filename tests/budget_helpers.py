@@ -280,14 +280,15 @@ def v2_cpu_delegated() -> str:
 def _enforcer(args: list, main_pid: int):
     from types import SimpleNamespace
 
-    from reaper import budget, options
+    from reaper import options
+    from reaper.budgets import enforcer
     from reaper.log import Log
     from reaper.stats import BudgetStats
 
     cfg = options.parse([*args, "--", "true"])
     scope = SimpleNamespace(pid=os.getpid(), is_pid1=os.getpid() == 1, main_pid=main_pid,
                             supervised=set(), watch=False)
-    return budget.Enforcer(cfg, Log(3), BudgetStats(), scope)
+    return enforcer.Enforcer(cfg, Log(3), BudgetStats(), scope)
 
 
 def _run_until(enf, pred, timeout: float):
@@ -352,8 +353,8 @@ def duty_faults() -> dict:
     not signal it) listed first, one of its own. The root one's refusal must not
     stop the other being stopped, nor leave a deadline behind, nor keep close()
     from resuming the other."""
-    from reaper.procctl import Handle, NotPermitted
-    from reaper.throttle import DutyCycler
+    from reaper.budgets.procctl import Handle, NotPermitted
+    from reaper.budgets.throttle import DutyCycler
 
     # Another session: within one, SIGCONT may go to anyone (so close() would not meet a refusal).
     root = subprocess.Popen(["sleep", "600"], start_new_session=True)
@@ -428,8 +429,8 @@ def recycled_pid(pidfds: bool = True) -> dict:
     """Pins a process, lets it die, brings its pid back in a new process, then
     tries every action through the stale handle: each must refuse. Without pidfds
     (as on kernels before 5.3) signals fall back to a start-time check and kill()."""
-    from reaper import procctl
-    from reaper.throttle import DutyCycler
+    from reaper.budgets import procctl
+    from reaper.budgets.throttle import DutyCycler
 
     procctl.HAVE_PIDFD = pidfds
 

@@ -488,3 +488,24 @@ def run_reaper(args, pid1=True, timeout=30.0, **kw):
 def py(code: str) -> list:
     """argv running a Python snippet with this interpreter."""
     return [PYTHON, "-c", code]
+
+
+# poll() and ppoll() by architecture: /proc/PID/syscall names the call a process
+# sleeps in by number (wchan's function names differ between kernels).
+POLL_SYSCALLS = {"x86_64": {7, 271}, "aarch64": {73}, "ppc64le": {167, 281}, "s390x": {168, 302}}
+
+
+def in_poll(pid: int, forever: bool = True) -> bool:
+    """pid sleeps in poll(); with forever, with no timeout: reaper's idle loop, not
+    the bounded first wait it makes before its policy is loaded (boundary.py)."""
+    try:
+        fields = open(f"/proc/{pid}/syscall").read().split()
+    except OSError:
+        return False
+    calls = POLL_SYSCALLS.get(os.uname().machine)
+    if calls is None:                                   # an architecture not listed: the kernel's word
+        return "poll" in open(f"/proc/{pid}/wchan").read()
+    if not fields or not fields[0].isdigit() or int(fields[0]) not in calls:
+        return False
+    # poll's third argument is its timeout (-1: none); ppoll's a timespec pointer (NULL: none).
+    return not forever or (len(fields) > 3 and int(fields[3], 16) in (2**64 - 1, 2**32 - 1, 0))

@@ -46,3 +46,23 @@ def test_refuses_a_missing_reaper(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "reaper not found" in r.stderr
+
+
+LEAN = BENCH.with_name("bench_lean.py")
+
+
+def test_lean_bench_prints_its_rows_beside_tini_and_the_floor():
+    """bench_lean.py (issue 10) in its quick form, the sections that take seconds."""
+    require("tini", shutil.which("tini") is not None, "apt-get install tini")
+    if not Path(sys.executable).with_name("reaper").exists():
+        pytest.skip("reaper is not installed beside this interpreter")
+    r = subprocess.run([sys.executable, str(LEAN), "--quick", "--only", "startup,exit,rss"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "note:" not in r.stdout, r.stdout + r.stderr
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]]
+            for ln in r.stdout.splitlines() if ln.startswith("| ")}
+    for metric in ("the init's share of `INIT -- true`", "the child is exec'd after",
+                   "main child's exit -> init's exit, nothing left", "VmRSS as PID 1, child asleep"):
+        tini, floor, reaper = rows[metric][:3]
+        assert tini.endswith(("ms", "MB")) and reaper.endswith(("ms", "MB")), (metric, rows[metric])
+        assert floor != "-" or metric.startswith("main"), (metric, rows[metric])

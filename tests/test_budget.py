@@ -385,7 +385,7 @@ def _recorded_machine(root, affinity: dict, counts: dict) -> tuple:
 
 
 def test_stray_cpus_auto_keeps_strays_off_the_cpus_serving_the_nic(tmp_path):
-    from reaper import stray_cpus
+    from reaper.budgets import stray_cpus
 
     # Effective affinity names the CPUs; the disk's IRQ (26, on CPU 3) is not the NIC's.
     sys_root, proc = _recorded_machine(tmp_path / "a", {24: "1", 25: "2", 26: "3"}, {})
@@ -402,7 +402,7 @@ def test_stray_cpus_auto_keeps_strays_off_the_cpus_serving_the_nic(tmp_path):
 
 
 def test_stray_cpus_auto_says_what_it_does_on_this_machine():
-    from reaper import stray_cpus
+    from reaper.budgets import stray_cpus
 
     _, expected = stray_cpus.resolve("auto")
     r = run_reaper(["--cpu-budget", "1", "--stray-cpus", "auto", "-vv", "--", "true"])

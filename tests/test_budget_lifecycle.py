@@ -113,7 +113,7 @@ def test_the_cgroup_throttle_never_sleeps_at_exit(monkeypatch):
     """close() runs on the loop's path at exit: it removes what it can and reports the
     rest at once, without waiting (the old one slept and retried). A cgroup made below
     one of reaper's by someone else keeps that one busy."""
-    from reaper.throttle import CgroupThrottle
+    from reaper.budgets.throttle import CgroupThrottle
 
     cg = CgroupThrottle.probe()
     if cg.kind != "cgroup_v1":

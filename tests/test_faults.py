@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, proc_status, py, remove_cgroup, run_reaper,
+from conftest import (PYTHON, REAPER, UNSHARE, in_poll, proc_status, py, remove_cgroup, run_reaper,
                       summary, wait_for, wait_for_file)
 
 FAULTY = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py")]
@@ -390,13 +390,17 @@ def test_poll_failures_are_retried(reaper):
 @pytest.mark.parametrize("fault, piece, args", [
     ("budgets", "budgets", ["--cpu-budget", "0.5"]),
     ("budget-tick", "budgets", ["--cpu-budget", "0.5", "--budget-interval", "0.05"]),
-    ("summary", "summary", []),
+    ("summary", "summary", ["-v"]),     # by default an uneventful run builds no summary
     ("title", "title", []),
 ])
 def test_a_failing_piece_is_switched_off_with_one_line(reaper, fault, piece, args):
     child = ["sh", "-c", "echo ready; read x; exit 5"]
     r = reaper([*args, "--", *child], exe=faulty(fault), stdin=subprocess.PIPE)
     assert r.readline() == "ready"
+    # Every piece has started once reaper idles (a child done within the first wait
+    # would end reaper before any piece is loaded).
+    wait_for(lambda: in_poll(r.pid, forever=fault not in ("budgets", "budget-tick")) or r.proc.poll() is not None,
+             what="reaper past its start-up")
     if fault == "budget-tick":
         time.sleep(0.5)    # the measurement window itself: ten ticks would be due in it, still one line
     assert r.wait(input=b"\n") == 5, r.stderr

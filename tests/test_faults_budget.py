@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,23 @@ def test_subreaper_as_uid1000_leaves_a_setuid_root_stray_alone_and_throttles_its
     shutil.rmtree(shared)
     assert s["budget_actions"]["not_permitted"] == 1, s
     assert s["budget_actions"]["throttle_sigstop"] >= 1, s
+
+
+def test_a_stray_the_cgroup_refuses_is_duty_cycled_to_its_budget(reaper, tmp_path):
+    """throttle with a working cgroup that will not take this stray (the move fails):
+    one WARN line, and the stray is held to its budget by SIGSTOP/SIGCONT instead."""
+    summary = tmp_path / "summary.json"
+    tag = bh.marker()
+    r = reaper(["--cpu-budget", str(BUDGET), "--budget-action", "throttle", "--summary-file", str(summary),
+                *FAST, "--", *bh.orphans_then_sleep(bh.busy_argv(tag))], exe=[PYTHON, str(Path(bh.__file__).with_name("helpers") / "faulty_reaper.py"), "unmovable"])
+    (stray,) = bh.wait_tagged(tag)
+    wait_for(lambda: bh.stat(stray)["state"] == "T", 30, 0.005, what="the stray stopped by duty-cycling")
+    assert bh.cpu_cgroup(stray) == bh.cpu_cgroup(r.pid)        # never moved
+    bh.assert_rate_near([stray], BUDGET)
+    r.send(signal.SIGTERM)
+    assert r.wait(30) == 143, r.stderr
+    warns = [ln for ln in r.stderr.splitlines() if "cannot move stray" in ln]
+    assert len(warns) == 1 and "duty-cycling it instead" in warns[0], r.stderr
+    s = summary_file(summary)
+    assert s["budget_actions"].get("throttle_sigstop", 0) >= 1 and "throttle_cgroup" not in s["budget_actions"], s
+

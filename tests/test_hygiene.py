@@ -6,25 +6,9 @@ import signal
 import subprocess
 import time
 
-from conftest import Reaper, proc_status, py, run_reaper, summary, wait_for, zombies_of
+from conftest import Reaper, in_poll, proc_status, py, run_reaper, summary, wait_for, zombies_of
 
 LOG_LINE = re.compile(r"^reaper\[\d+\]: (ERROR|WARN|INFO|DEBUG) \S")
-
-
-# poll() and ppoll() by architecture: /proc/PID/syscall names the call a process
-# sleeps in by number (wchan's function names differ between kernels).
-POLL_SYSCALLS = {"x86_64": {7, 271}, "aarch64": {73}, "ppc64le": {167, 281}, "s390x": {168, 302}}
-
-
-def in_poll(pid: int) -> bool:
-    try:
-        nr = open(f"/proc/{pid}/syscall").read().split()[0]
-    except (OSError, IndexError):
-        return False
-    calls = POLL_SYSCALLS.get(os.uname().machine)
-    if calls is None:                                   # an architecture not listed: the kernel's word
-        return "poll" in open(f"/proc/{pid}/wchan").read()
-    return nr.isdigit() and int(nr) in calls
 
 
 def _idle_child(r):
@@ -130,8 +114,14 @@ if os.fork() == 0:
         open(log, "a").write("ready\\n")
         time.sleep(60)
     os._exit(0)
+kids = []
 for _ in range(20):
-    if os.fork() == 0: os._exit(0)          # zombies to reap (re-parented when we exit)
+    pid = os.fork()
+    if pid == 0: os._exit(0)                # zombies to reap (re-parented when we exit)
+    kids.append(pid)
+for k in kids:   # zombies by now, not processes still on their way out (a loaded machine)
+    while open(f"/proc/{{k}}/stat").read().rpartition(")")[2].split()[0] != "Z":
+        time.sleep(0.001)
 signal.signal(signal.SIGUSR1, lambda *_: sys.exit(5))
 print(os.getuid(), flush=True)
 signal.pause()

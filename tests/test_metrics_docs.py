@@ -28,8 +28,18 @@ tests:
         values: '68680x60'
       - series: 'reaper_visible_memory_cgroups{{instance="a"}}'
         values: '240x60'
+      - series: 'reaper_cgroup_v2_descendants{{instance="a",state="dying"}}'
+        values: '68213x60'
+      - series: 'reaper_cgroup_v2_descendants{{instance="a",state="live"}}'
+        values: '412x60'
       - series: 'reaper_start_time_seconds{{instance="a"}}'
         values: '100x5 500x10'
+      - series: 'reaper_service_starts_total{{instance="a",service="agent"}}'
+        values: '1+1x5 6x20'
+      - series: 'reaper_service_failed{{instance="a",service="agent"}}'
+        values: '0x5 1x20'
+      - series: 'reaper_service_failed{{instance="b",service="proxy"}}'
+        values: '0x20'
     alert_rule_test:
       - eval_time: 10m
         alertname: ReaperZombieOld
@@ -52,6 +62,13 @@ tests:
             exp_annotations:
               summary: Memory cgroups far above the live ones on the node of a
               description: "/proc/cgroups counts 68680 memory cgroups, over ten times the live directories: dying cgroups are piling up (meaningful where reaper sees the host cgroup hierarchy)."
+      - eval_time: 45m
+        alertname: ReaperDyingCgroupsPilingUp
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: a, state: dying}}
+            exp_annotations:
+              summary: Dying cgroups far above the live ones on the node of a
+              description: "cgroup.stat counts 68213 dying cgroups, over ten times the live ones: removed cgroups held by charged memory are piling up (cgroup v2; meaningful where reaper sees the host's cgroup hierarchy)."
       - eval_time: 8m
         alertname: ReaperMainChildRestarted
         exp_alerts:
@@ -61,6 +78,23 @@ tests:
               description: "reaper (and so its main child) started again within 15 minutes; the previous main child's exit code is in reaper's exit summary and its final metrics file."
       - eval_time: 3m
         alertname: ReaperMainChildRestarted
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: ReaperServiceCrashLooping
+        exp_alerts:
+          - exp_labels: {{severity: warning, instance: a, service: agent}}
+            exp_annotations:
+              summary: Service agent of a keeps restarting
+              description: "5 more starts than 10 minutes ago: it ends soon after each start. reaper backs off and gives it up at --restart-limit (docs/services.md); its last exit code is reaper_service_last_exit_code."
+      - eval_time: 10m
+        alertname: ReaperServiceGivenUp
+        exp_alerts:
+          - exp_labels: {{severity: critical, instance: a, service: agent}}
+            exp_annotations:
+              summary: Service agent of a was given up
+              description: "It reached the restart limit (or failed under --restart never) and will not be started again until the container restarts; with --on-service-failure stop the container ends instead."
+      - eval_time: 3m
+        alertname: ReaperServiceGivenUp
         exp_alerts: []
 """
 
@@ -91,7 +125,9 @@ def exported(tmp_path_factory):
     cg = in_pids_cgroup(1000)
     from conftest import Reaper
     r = Reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--metrics-file", str(mfile),
-                "--cpu-budget", "1", "--budget-action", "observe", "--",
+                "--cpu-budget", "1", "--budget-action", "observe",
+                # services: one running, one that exited (its last exit code)
+                "--service", "agent=sleep 60", "--service", "once=true", "--restart", "on-failure", "--",
                 "sh", "-c", f"(sleep 60 &); echo ready > {tmp}/ready; "
                             f"while [ ! -e {tmp}/go ]; do sleep 0.05; done"],
                preexec_fn=cg[1] if cg else None)

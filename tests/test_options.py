@@ -8,10 +8,17 @@ SAMPLE = {  # a valid value for each option that takes one
     "remap_exit": "143", "pdeath_signal": "TERM", "rewrite": "TERM:QUIT", "grace": "2.5",
     "cpu_budget": "0.5", "cpu_budget_total": "2", "budget_window": "5", "budget_grace": "3",
     "budget_action": "throttle", "budget_kill_after": "7", "budget_interval": "0.5",
+    "memory_budget": "64M", "memory_budget_total": "1Gi", "stray_max_age": "3600",
     "stray_match": "stress", "protect": "raylet", "stray_cpus": "0", "metrics_port": "9300",
     "metrics_address": "127.0.0.1", "metrics_file": "/tmp/x.prom", "metrics_interval": "3",
     "summary_file": "/tmp/s.json",
+    "services": "web=sleep 60", "restart": "on-failure", "restart_delay": "0.5",
+    "restart_max_delay": "60", "restart_limit": "3/60", "on_service_failure": "stop", "service_ready": "db",
+    "wait_ready": "10",
+    "services_dir": str(__import__("pathlib").Path(__file__).with_name("helpers") / "services"),
 }
+# What an option needs beside it to be valid (a --service-ready names a service).
+NEEDS = {"service_ready": ["--service", "db=true"]}
 
 
 def _flag_args(opt):
@@ -32,10 +39,10 @@ def _env_value(opt):
 @pytest.mark.parametrize("opt", OPTIONS, ids=lambda o: o.long)
 def test_every_option_has_an_env_var_equal_to_its_flag(opt):
     assert opt.env and opt.env[0].startswith("REAPER_")
-    cmd = [] if opt.dest == "pause" else ["true"]          # pause mode takes no command
+    cmd = NEEDS.get(opt.dest, []) + ([] if opt.dest == "pause" else ["true"])   # pause mode takes no command
     by_flag = parse(_flag_args(opt) + cmd, environ={})
     by_env = parse(cmd, environ={opt.env[0]: _env_value(opt)})
-    default = parse(["true"], environ={})
+    default = parse(NEEDS.get(opt.dest, []) + ["true"], environ={})
     assert getattr(by_env, opt.dest) == getattr(by_flag, opt.dest) != getattr(default, opt.dest)
 
 
@@ -181,7 +188,8 @@ def test_metrics_address_parsing_does_not_import_socket_unless_given():
             "options.parse(['--grace', '1', '-e', '3', '--summary-file', '/tmp/s', 'x'], environ={}); "
             "print(' '.join(sorted(set(sys.modules) - before)) or '-')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["-"]          # no module imported for these (socket, re: only when needed)
+    # No module for these but the path parsers (reaper.values); socket and re only when needed.
+    assert set(out.split()) <= {"-", "reaper.values"}, out
 
 
 def test_files_are_checked_and_made_absolute(tmp_path, monkeypatch):

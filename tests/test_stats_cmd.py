@@ -2,8 +2,12 @@
 import signal
 import subprocess
 
-from conftest import REAPER, free_port, wait_for_file
-from metrics_helpers import EVENTS_CHILD, send_and_confirm, wait_scrape, write_script, start_with_metrics
+import pytest
+
+from budget_helpers import busy_argv, marker, orphans_then_sleep, wait_tagged
+from conftest import REAPER, free_port, proc_status, remove_cgroup, wait_for_file
+from metrics_helpers import (EVENTS_CHILD, in_pids_cgroup, send_and_confirm, start_with_metrics, wait_scrape,
+                             write_script)
 
 
 def _stats(*args):
@@ -54,3 +58,40 @@ def test_stats_rejects_a_non_reaper_endpoint(tmp_path):
     other.write_text("# TYPE foo counter\nfoo_total 1\n")
     out = _stats("--file", str(other))
     assert out.returncode == 1 and "reaper_build_info missing" in out.stderr
+
+
+def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
+    """The budget, stray, cgroup and pids rows, from a reaper that acts on a real stray
+    and runs inside a pids cgroup of the test's own."""
+    cg = in_pids_cgroup(400)
+    if cg is None:
+        pytest.skip("needs root and a cgroup-v1 pids hierarchy")
+    tag = marker()
+    try:
+        r, port = start_with_metrics(
+            reaper, orphans_then_sleep(busy_argv(tag, share=0.5)),
+            ["--cpu-budget", "0.1", "--budget-action", "nice", "--budget-grace", "0", "--budget-interval", "0.2"],
+            preexec_fn=cg[1])
+        [stray] = wait_tagged(tag)
+        ns_pid = proc_status(stray)["NSpid"].split()[-1]       # as reaper (PID 1) sees it
+        wait_scrape(port, lambda s: (s.total("reaper_budget_actions_total") or 0) >= 1 and s.samples("reaper_stray_cpu_cores"),
+                    "the stray reniced and listed")
+        out = _stats("--url", f"http://127.0.0.1:{port}/metrics")
+        assert out.returncode == 0, out.stderr
+        rows = {}
+        for ln in out.stdout.splitlines()[1:]:
+            key = ln[:15].strip() or "(more)"
+            rows.setdefault(key, []).append(ln[15:].strip())
+        budgets = rows["budgets"][0]
+        assert budgets.startswith("on (") and "actions:" in budgets and "nice 1" in budgets, out.stdout
+        assert any(f"[{ns_pid}]" in s and "cores" in s and "(nice)" in s for s in rows["(more)"]), out.stdout
+        assert "memory cgroups on the node" in rows["cgroups"][0] or "not listed" in rows["cgroups"][0], out.stdout
+        if "cgroup v2" in rows:
+            assert "live and" in rows["cgroup v2"][0] and "dying" in rows["cgroup v2"][0], out.stdout
+        # The pids row counts reaper's own cgroup: the test's, holding unshare, reaper, its child, the stray.
+        used, _, limit = rows["pids"][0].partition(" / ")
+        assert limit.startswith("400 ") and 4 <= int(used) < 400, out.stdout
+        r.send(signal.SIGTERM)
+        assert r.wait() == 143, r.stderr
+    finally:
+        remove_cgroup(cg[0])

@@ -4,8 +4,12 @@
  *
  *   launch INIT ARGS...  stamp, posix_spawn INIT, wait, stamp: "launch T0 T2 STATUS"
  *   stamp                "child T1": the moment the child runs
- *   storm N              park N orphans on PID 1, release them on "go" (stdin)
+ *   storm N [FD]         park N orphans on PID 1, release them on "go" (stdin);
+ *                        with FD, each orphan writes a byte to FD as it exits
  *   drain K              leave K processes behind and exit: "exit T"
+ *   linger               "ready", then on a line from stdin "exit T" and exit
+ *   stream N             on "go", N orphans one after another, as fast as they can be
+ *                        made (double fork: each grandchild exits at once): "done T"
  *   sigwait COUNT        block SIGUSR1, answer each one with "sig T"
  *   idle                 "ready", then block on stdin until EOF
  */
@@ -84,7 +88,7 @@ static int launch(char **argv)
  * init under test) while still alive. One close() of the go pipe then makes
  * all of them exit in the same instant: a storm of orphan deaths that only
  * the init can reap. The parent's exit status is how many it forked. */
-static int storm(int n)
+static int storm(int n, int exited_fd)
 {
     int go[2];
     if (pipe(go) < 0)
@@ -106,6 +110,10 @@ static int storm(int n)
                     char c;
                     while (read(go[0], &c, 1) < 0 && errno == EINTR)
                         ;
+                    if (exited_fd >= 0) {   /* counted by the bench: exited, not yet reaped */
+                        ssize_t unused = write(exited_fd, "x", 1);
+                        (void)unused;
+                    }
                     _exit(0);
                 }
             }
@@ -125,6 +133,32 @@ static int storm(int n)
     close(go[1]);
     say("go %lld\n", t);
     while (read_line())     /* stay until the bench has seen the storm end */
+        ;
+    return 0;
+}
+
+/* A stream of orphan deaths at the rate the machine can fork: the init must keep
+ * up with one exit after another rather than reap a backlog. */
+static int stream(int n)
+{
+    say("ready\n");
+    if (!read_line())
+        return 1;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            return 1;
+        if (pid == 0) {
+            if (fork() < 0)
+                _exit(1);
+            _exit(0);      /* the grandchild (and the child) exit at once */
+        }
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+    }
+    say("done %lld\n", now_ns());
+    while (read_line())
         ;
     return 0;
 }
@@ -209,12 +243,21 @@ int main(int argc, char **argv)
     }
     if (!strcmp(role, "launch") && argc > 2)
         return launch(argv + 2);
-    if (!strcmp(role, "storm") && argc == 3)
-        return storm(atoi(argv[2]));
+    if (!strcmp(role, "storm") && (argc == 3 || argc == 4))
+        return storm(atoi(argv[2]), argc == 4 ? atoi(argv[3]) : -1);
     if (!strcmp(role, "drain") && argc == 3)
         return drain(atoi(argv[2]));
     if (!strcmp(role, "sigwait") && argc == 3)
         return sigwait_loop(atoi(argv[2]));
+    if (!strcmp(role, "stream") && argc == 3)
+        return stream(atoi(argv[2]));
+    if (!strcmp(role, "linger")) {
+        say("ready\n");
+        if (!read_line())
+            return 1;
+        say("exit %lld\n", now_ns());
+        _exit(0);
+    }
     if (!strcmp(role, "idle")) {
         say("ready\n");
         while (read_line())

@@ -12,6 +12,11 @@ FAULTS is a comma-separated list; each one patches reaper before main() runs:
   title            setting the process title raises
   count-scans      counts full /proc scans made while killing; written to $FAULTY_SCANS at exit
   no-pidfd         a kernel without pidfds (older than 5.3): budgets signal through kill()
+  unmovable        the cgroup refuses every stray (EINVAL, as v1 does for a real-time task
+                   when RT group scheduling is on): throttling must duty-cycle instead
+  services         building the services runner raises (reaper/services/runner.py)
+  service-exit     the services runner raises on a service's exit
+  service-fork     every fork of a service fails with EAGAIN (as at the pids limit)
 """
 import errno
 import os
@@ -39,20 +44,40 @@ def inject(faults: set) -> None:
     if "supervisor-init" in faults:
         supervisor.Supervisor.__init__ = boom
     if "budgets" in faults:
-        from reaper import budget
-        budget.Enforcer.__init__ = boom
+        from reaper.budgets import enforcer
+        enforcer.Enforcer.__init__ = boom
     if "budget-tick" in faults:
-        from reaper import budget
-        budget.Enforcer.tick = boom
+        from reaper.budgets import enforcer
+        enforcer.Enforcer.tick = boom
     if "summary" in faults:
         stats.Stats.summary = boom
     if "title" in faults:
-        import setproctitle
-        setproctitle.setproctitle = boom
+        from reaper import pieces
+        pieces._setproctitle = lambda: boom
+    if "services" in faults:
+        from reaper.services import runner
+        runner.Runner.__init__ = boom
+    if "service-exit" in faults:
+        from reaper.services import runner
+        runner.Runner.on_exit = boom
+    if "service-fork" in faults:
+        real_spawn = _native.spawn
+
+        def spawn(argv, *a, service=None, **k):
+            if service is not None or (len(a) > 3 and a[3] is not None):
+                raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+            return real_spawn(argv, *a, service=service, **k)
+        _native.spawn = spawn
+    if "unmovable" in faults:
+        from reaper.budgets import throttle
+
+        def refuse(self, pid, d):
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        throttle.CgroupThrottle.move = refuse
     if "no-pidfd" in faults:
-        from reaper import budget, procctl
+        from reaper.budgets import enforcer, procctl
         procctl.HAVE_PIDFD = False
-        budget.pidfds_work = lambda: False
+        enforcer.pidfds_work = lambda: False
     if "count-scans" in faults:
         from reaper import nodestats
         real_scan, count = nodestats.scan, [0]

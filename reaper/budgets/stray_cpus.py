@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from reaper.options import parse_cpu_list
+from reaper.values import parse_cpu_list
 
 
 def _nic_irqs(sys_root: str = "/sys", proc: str = "/proc") -> set:

@@ -1,8 +1,8 @@
-"""CPU budgets for strays: sample, compare with the budgets, respond.
+"""Budgets for strays: sample, compare with the budgets, respond.
 
 Every --budget-interval the enforcer refreshes the process table, finds the
-strays (reaper/strays.py), reads each one's CPU time (psutil) and averages it
-over --budget-window. A stray past its --budget-grace that uses more than
+strays (strays.py), reads each one's CPU time and resident memory (psutil) and
+averages the CPU over --budget-window. A stray past its --budget-grace that uses more than
 --cpu-budget, or strays that together use more than --cpu-budget-total, get the
 response --budget-action names, each step including the ones before it:
 
@@ -10,6 +10,16 @@ response --budget-action names, each step including the ones before it:
     nice       nice 19 and SCHED_IDLE (and --stray-cpus affinity)
     throttle   a hard cap: a cgroup of reaper's own, else SIGSTOP/SIGCONT duty-cycling
     terminate  after --budget-kill-after seconds over budget: SIGTERM, SIGKILL after --grace
+
+Memory (--memory-budget, --memory-budget-total): with throttle a stray is moved,
+when first seen, into a memory cgroup of reaper's own (memory_cgroup.py) whose
+limit leaves it no more than its budget in all; a stray over budget that no
+cgroup holds (found over it, no memory cgroup, reaper watch) is terminated
+instead; terminate sends SIGTERM at the first sample past the grace that sees it
+over. Lifetime (--stray-max-age): SIGTERM that long after a stray was first
+seen, whatever the action but observe. Actions are counted by reason (cpu,
+memory, age). At start, the empty stray cgroups of reapers that are gone are
+removed (cleanup.py).
 
 "Over budget" is judged on demand, not on use: a duty-cycled stray that would
 use more than its budget if let run stays over budget (and stays throttled), as
@@ -29,11 +39,12 @@ import time
 from collections import deque
 from typing import Optional
 
-from reaper import stray_cpus
-from reaper.procctl import Gone, Handle, NotPermitted, pidfds_work
+from reaper.budgets import cleanup, stray_cpus
+from reaper.budgets.memory_cgroup import MemoryCgroup
+from reaper.budgets.procctl import Gone, Handle, NotPermitted, pidfds_work
+from reaper.budgets.strays import Finder
+from reaper.budgets.throttle import CgroupThrottle, DutyCycler, Unavailable
 from reaper.proctable import ProcTable
-from reaper.strays import Finder
-from reaper.throttle import CgroupThrottle, DutyCycler, Unavailable
 
 LEVELS = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}
 RELEASE = 0.9          # a duty-cycled stray is let go below this share of its budget
@@ -67,6 +78,13 @@ class Tracked:
         self.action = "none"             # the strongest response applied so far
         self.last_cpu = None
         self.refused: Optional[NotPermitted] = None   # set once reaper may not act on it
+        self.rss: Optional[int] = None   # resident memory at the last sample, bytes
+        self.rss0 = 0                    # resident when moved into its memory cgroup: charged elsewhere
+        self.mem_leaf: Optional[str] = None   # memory cgroup directory it was moved into
+        self.mem_tried = False           # its memory cgroup was decided (made, or why not)
+        self.mem_over = False
+        self.age_done = False            # --stray-max-age acted (or reported)
+        self.term_reason = "cpu"         # what its SIGTERM was for: cpu, memory, age
 
 
 class Enforcer:
@@ -84,6 +102,10 @@ class Enforcer:
         self.duty = DutyCycler()
         self.cgroup: Optional[CgroupThrottle] = None
         self.mechanism: Optional[str] = None     # decided on first need
+        self.memory: Optional[MemoryCgroup] = None
+        self.memory_mechanism: Optional[str] = None   # decided on first need
+        self.watch = bool(getattr(scope, "watch", False))
+        self.memory_on = cfg.memory_budget is not None or cfg.memory_budget_total is not None
         self.said: set = set()                   # things said once
         self.unpinned: set = set()               # keys of strays reaper may not even read
         self.refusals: list = []                 # (what, pid, comm, strerror) not said yet
@@ -95,11 +117,28 @@ class Enforcer:
                 self.log.info(msg)
         except Exception as e:                   # never fatal: leave affinity alone
             self.log.warn(f"--stray-cpus {cfg.stray_cpus}: {e}; affinity left alone")
+        self._remove_stale_cgroups()
         if not pidfds_work():
             self._once("nopidfd", "no pidfd support: signals to strays go through kill() "
                                   "after a start-time check")
         self.log.debug(f"budgets on: per stray {cfg.cpu_budget}, total {cfg.cpu_budget_total}, "
+                       f"memory {cfg.memory_budget}, {cfg.memory_budget_total}, max age {cfg.stray_max_age}, "
                        f"action {cfg.budget_action}, every {cfg.budget_interval:g}s")
+
+    def _remove_stale_cgroups(self) -> None:
+        """The stray cgroups of reapers that are gone (cleanup.py); never fatal."""
+        try:
+            removed, kept = cleanup.remove_stale()
+        except Exception as e:               # a surprise here must not keep budgets off
+            self.log.warn(f"could not look for stale stray cgroups: {e!r}")
+            return
+        self.stats.stale_cgroups_removed += len(removed)
+        if removed:
+            self.log.info(f"removed {len(removed)} stray cgroup(s) left by reapers that are gone: "
+                          f"{', '.join(removed[:5])}{' ...' if len(removed) > 5 else ''}")
+        if kept:
+            self.log.warn(f"stray cgroup(s) left by reapers that are gone still hold processes, "
+                          f"left in place: {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}")
 
     # --- Plugin protocol ---------------------------------------------------
 
@@ -137,12 +176,14 @@ class Enforcer:
             self.tracked.clear()
 
     def _remove_cgroups(self) -> None:
-        if self.cgroup is None:
-            return
-        try:
-            left = self.cgroup.close()
-        except OSError as e:
-            left = [f"{self.cgroup.base} ({e.strerror})"]
+        left = []
+        for cg in (self.cgroup, self.memory):
+            if cg is None:
+                continue
+            try:
+                left += cg.close()
+            except OSError as e:
+                left.append(f"{cg.base} ({e.strerror})")
         if left:
             self.log.warn(f"could not remove cgroup(s) {', '.join(left)}")
 
@@ -188,6 +229,10 @@ class Enforcer:
                 self._once("fail-read", f"cannot read the CPU time of stray {key[0]} ({t.comm}): "
                                         f"{e.strerror}; it is skipped while this lasts", "warn")
                 continue
+            try:
+                t.rss = t.handle.rss()
+            except (Gone, OSError):
+                t.rss = None                 # gone: dropped at the next sample
             if t.last_cpu is not None:
                 self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
             t.last_cpu = cpu
@@ -210,6 +255,11 @@ class Enforcer:
             self._publish()
             return
         self._enforce(now)
+        if self.memory_on:
+            self._enforce_memory(now)
+        if cfg.stray_max_age is not None:
+            self._enforce_age(now)
+        self._follow_up(now)
         self._publish()
 
     def _track(self, key, stray, now: float) -> None:
@@ -220,7 +270,7 @@ class Enforcer:
         except NotPermitted as e:
             self.unpinned.add(key)                  # not pinned again every sample
             self.refusals.append((e.what, key[0], stray.comm, e.strerror))
-            self.stats.actions["not_permitted"] += 1
+            self._count("not_permitted", "any")
             return
         self.tracked[key] = Tracked(key, stray, handle, now)
         self.stats.strays_seen += 1
@@ -310,7 +360,7 @@ class Enforcer:
     def _violation(self, t: Tracked, total: bool) -> None:
         cfg = self.cfg
         t.over_since = time.monotonic()
-        self.stats.violations[cfg.budget_action] += 1
+        self._count_violation("cpu")
         if t.action == "none":
             t.action = "observe"
         if total:
@@ -320,7 +370,7 @@ class Enforcer:
         self.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) uses {t.rate or 0:.2f} cores, "
                       f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
-    def _act(self, t: Tracked, action: str, fn) -> bool:
+    def _act(self, t: Tracked, action: str, fn, reason: str = "cpu") -> bool:
         if t.refused is not None:
             return False
         try:
@@ -328,14 +378,18 @@ class Enforcer:
         except Gone:
             return False
         except NotPermitted as e:
-            self._refuse(t, e)
+            self._refuse(t, e, reason)
             return False
         except OSError as e:
             self._once(f"fail-{action}", f"cannot apply {action} to stray {t.key[0]} ({t.comm}): "
                                          f"{e.strerror}; going on without it", "warn")
             return False
-        self.stats.actions[action] += 1
+        self._count(action, reason)
         return True
+
+    def _count(self, action: str, reason: str) -> None:
+        self.stats.actions[action] += 1
+        self.stats.actions_by_reason[(action, reason)] += 1
 
     def _renice_autogroup(self, t: Tracked) -> None:
         try:
@@ -352,7 +406,7 @@ class Enforcer:
             return
         t.autogroup_pending = False
         if done:
-            self.stats.actions["autogroup_nice"] += 1
+            self._count("autogroup_nice", "cpu")
 
     # --- throttling --------------------------------------------------------
 
@@ -360,7 +414,7 @@ class Enforcer:
         if self.mechanism is not None:
             return
         try:
-            self.cgroup = CgroupThrottle.probe()
+            self.cgroup = CgroupThrottle.probe(skip_v2=self.memory is not None and self.memory.version == 2)
             self.mechanism = self.cgroup.kind
             if self.cfg.cpu_budget_total is not None:
                 self.cgroup.set_total(self.cfg.cpu_budget_total)
@@ -384,7 +438,7 @@ class Enforcer:
                     t.handle.checked(lambda: self.cgroup.move(t.key[0], d))
                     t.leaf = d
                     t.action = "throttle"
-                    self.stats.actions["throttle_cgroup"] += 1
+                    self._count("throttle_cgroup", "cpu")
                     self.cgroup.pressing(d)
                     return
                 except Gone:
@@ -407,7 +461,7 @@ class Enforcer:
             t.cycled = True
             t.fraction = want
             t.action = "throttle"
-            self.stats.actions["throttle_sigstop"] += 1
+            self._count("throttle_sigstop", "cpu")
         elif len(t.hist) >= 2:
             (t0, c0, _), (t1, c1, _) = t.hist[-2], t.hist[-1]
             if t1 > t0:
@@ -424,34 +478,197 @@ class Enforcer:
     def _terminate(self, t: Tracked, now: float) -> None:
         if t.over_since is None or now - t.over_since < self.cfg.budget_kill_after:
             return
+        self._kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
+
+    def _kill(self, t: Tracked, now: float, reason: str, why: str) -> None:
+        """SIGTERM (and SIGCONT: a stopped process must run to exit), once; the
+        SIGKILL follows --grace seconds later (_follow_up)."""
+        if t.term_at is not None or t.refused is not None:
+            return
         try:
-            if t.term_at is None:
-                if t.cycled:
-                    self.duty.release(t.key, now)
-                    t.cycled = False
-                t.handle.signal(signal.SIGTERM)
-                t.handle.signal(signal.SIGCONT)      # a stopped process must run to exit
-                t.term_at = now
-                t.action = "terminate"
-                self.stats.actions["terminate"] += 1
-                self.log.warn(f"stray {t.key[0]} ({t.comm}) over budget for "
-                              f"{self.cfg.budget_kill_after:g}s: SIGTERM")
-            elif not t.killed and now - t.term_at >= self.cfg.grace:
-                t.handle.signal(signal.SIGKILL)
-                t.killed = True
-                t.action = "kill"
-                self.stats.actions["kill"] += 1
-                self.log.warn(f"stray {t.key[0]} ({t.comm}) still alive {self.cfg.grace:g}s after SIGTERM: SIGKILL")
+            if t.cycled:
+                self.duty.release(t.key, now)
+                t.cycled = False
+            t.handle.signal(signal.SIGTERM)
+            t.handle.signal(signal.SIGCONT)
+            t.term_at = now
+            t.term_reason = reason
+            t.action = "terminate"
+            self._count("terminate", reason)
+            self.log.warn(f"stray {t.key[0]} ({t.comm}) {why}: SIGTERM")
         except Gone:
             pass
         except NotPermitted as e:
-            self._refuse(t, e)
+            self._refuse(t, e, reason)
         except OSError as e:
             self._once("fail-terminate", f"cannot terminate stray {t.key[0]} ({t.comm}): {e.strerror}", "warn")
 
+    def _follow_up(self, now: float) -> None:
+        """SIGKILL for every stray still alive --grace seconds after its SIGTERM."""
+        for t in self.tracked.values():
+            if t.term_at is None or t.killed or now - t.term_at < self.cfg.grace or t.refused is not None:
+                continue
+            try:
+                t.handle.signal(signal.SIGKILL)
+                t.killed = True
+                t.action = "kill"
+                self._count("kill", t.term_reason)
+                self.log.warn(f"stray {t.key[0]} ({t.comm}) still alive {self.cfg.grace:g}s after SIGTERM: SIGKILL")
+            except Gone:
+                t.killed = True
+            except NotPermitted as e:
+                self._refuse(t, e, t.term_reason)
+            except OSError as e:
+                self._once("fail-terminate", f"cannot terminate stray {t.key[0]} ({t.comm}): {e.strerror}", "warn")
+
+    def _count_violation(self, reason: str) -> None:
+        self.stats.violations[self.cfg.budget_action] += 1
+        self.stats.violations_by_reason[(self.cfg.budget_action, reason)] += 1
+
+    # --- memory --------------------------------------------------------------
+
+    def _memory_cgroup(self) -> Optional[MemoryCgroup]:
+        """The memory cgroup, made on first need; None where none can be used (said once)."""
+        if self.memory_mechanism is None:
+            try:
+                self.memory = MemoryCgroup.probe(skip_v2=self.cgroup is not None and self.cgroup.version == 2)
+                self.memory_mechanism = self.memory.kind
+                self.log.info(f"capping strays' memory with the {self.memory.kind.replace('_', ' ')} memory "
+                              f"controller in {self.memory.base}")
+            except (Unavailable, OSError) as e:
+                self.memory_mechanism = "terminate"
+                why = e if isinstance(e, Unavailable) else f"memory cgroup setup failed ({e.strerror})"
+                self.log.info(f"{why}: strays over their memory budget are terminated instead")
+            self.stats.memory_mechanism = self.memory_mechanism
+        return self.memory
+
+    def _premoved(self) -> int:
+        return sum(t.rss0 for t in self.tracked.values() if t.mem_leaf is not None)
+
+    def _confine(self, t: Tracked) -> None:
+        """throttle: moves a stray, when first seen, into a memory cgroup that leaves it
+        its budget minus what it holds already (that stays charged where it was)."""
+        cfg = self.cfg
+        t.mem_tried = True
+        if t.rss is None or t.refused is not None:
+            return
+        if self.watch:
+            if self.memory_mechanism is None:
+                self.memory_mechanism = self.stats.memory_mechanism = "terminate"
+                self.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
+                              "sidecar's own cgroup would be charged to the sidecar")
+            return
+        budget = cfg.memory_budget
+        if budget is not None and t.rss >= budget:
+            self._once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {_size(t.rss)}, over "
+                                         f"--memory-budget {_size(budget)}, when found: it is terminated "
+                                         "when its grace is over, not capped", "warn")
+            return
+        mc = self._memory_cgroup()
+        if mc is None:
+            return
+        leaf = None
+        try:
+            if cfg.memory_budget_total is not None:
+                room = cfg.memory_budget_total - self._premoved() - t.rss
+                if room <= mc.usage(mc.base):
+                    return                  # no room: the total's terminate rule decides
+                mc.set_total(room)
+            leaf = mc.leaf(t.key, None if budget is None else budget - t.rss)
+            t.handle.checked(lambda: mc.move(t.key[0], leaf))
+        except Gone:
+            if leaf is not None:
+                mc.drop_leaf(leaf)
+            return
+        except OSError as e:
+            if leaf is not None:
+                mc.drop_leaf(leaf)
+            self._once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
+                                      "strays over their memory budget are terminated instead", "warn")
+            return
+        t.mem_leaf, t.rss0 = leaf, t.rss
+        if t.action in ("none", "observe"):
+            t.action = "throttle"
+        self._count("throttle_memory_cgroup", "memory")
+
+    def _enforce_memory(self, now: float) -> None:
+        cfg = self.cfg
+        live = [t for t in self.tracked.values() if t.rss is not None and t.refused is None]
+        if self.level == 2:
+            for t in live:
+                if not t.mem_tried:
+                    self._confine(t)
+        past = [t for t in live if now - t.since >= cfg.budget_grace]
+        over_one, over_total = set(), set()
+        if cfg.memory_budget is not None:
+            # A stray in its memory cgroup is held by the kernel: never over.
+            over_one = {t.key for t in past if t.mem_leaf is None and t.rss > cfg.memory_budget}
+        if cfg.memory_budget_total is not None:
+            held = sum(t.rss for t in live)
+            for t in sorted((t for t in past if t.mem_leaf is None), key=lambda t: -t.rss):
+                if held <= cfg.memory_budget_total:
+                    break
+                over_total.add(t.key)       # the biggest first, until the rest fit
+                held -= t.rss
+        for t in live:
+            over = t.key in over_one or t.key in over_total
+            if over and not t.mem_over:
+                self._count_violation("memory")
+                if t.action == "none":
+                    t.action = "observe"
+                what = f"over --memory-budget {_size(cfg.memory_budget)}" if t.key in over_one else \
+                    f"strays together over --memory-budget-total {_size(cfg.memory_budget_total)}"
+                self.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) holds {_size(t.rss)}, {what}: "
+                              f"{'terminate' if self.level >= 2 else cfg.budget_action}")
+            t.mem_over = over
+            if not over:
+                continue
+            if self.level >= 1 and not t.niced:
+                t.niced = True
+                if self._act(t, "nice", lambda h: h.renice(19), "memory"):
+                    t.action = "nice"
+                self._act(t, "sched_idle", lambda h: h.sched_idle(), "memory")
+            if self.level >= 2:
+                self._kill(t, now, "memory", f"holds {_size(t.rss)}, over its memory budget")
+
+    def _memory_gone(self, t: Tracked, alive: bool) -> None:
+        """A tracked stray's memory cgroup when it stops being one: moved back if alive;
+        if it died of the OOM killer inside, that is said and counted."""
+        mc = self.memory
+        if t.mem_leaf is None or mc is None:
+            return
+        if alive:
+            try:
+                t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
+            except (Gone, OSError):
+                pass
+        elif mc.oom_kills(t.mem_leaf):
+            self._count("oom_kill", "memory")
+            self.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
+                          f"memory cgroup (its budget: {_size(self.cfg.memory_budget)})")
+        mc.drop_leaf(t.mem_leaf)
+        t.mem_leaf = None
+
+    # --- lifetime ---------------------------------------------------------------
+
+    def _enforce_age(self, now: float) -> None:
+        limit = self.cfg.stray_max_age
+        for t in self.tracked.values():
+            if t.age_done or t.refused is not None or now - t.since < limit:
+                continue
+            t.age_done = True
+            self._count_violation("age")
+            if self.level == 0:
+                if t.action == "none":
+                    t.action = "observe"
+                self.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) first seen {now - t.since:.0f}s ago, "
+                              f"past --stray-max-age {limit:g}: observe")
+            else:
+                self._kill(t, now, "age", f"first seen {limit:g}s ago (--stray-max-age)")
+
     # --- strays reaper may not act on -------------------------------------------
 
-    def _refuse(self, t: Tracked, e: NotPermitted) -> None:
+    def _refuse(self, t: Tracked, e: NotPermitted, reason: str = "any") -> None:
         """Leaves t alone from now on: nothing refused is retried every sample."""
         if t.refused is not None:
             return
@@ -461,7 +678,7 @@ class Enforcer:
             self.duty.release(t.key, time.monotonic())    # if stopped, resumed where possible
             t.cycled = False
         self.refusals.append((e.what, t.key[0], t.comm, e.strerror))
-        self.stats.actions["not_permitted"] += 1
+        self._count("not_permitted", reason)
 
     def _take_duty_faults(self) -> None:
         for key, signame, e in self.duty.take_faults():
@@ -505,14 +722,29 @@ class Enforcer:
                 except (Gone, OSError):
                     pass
             self.cgroup.drop_leaf(t.leaf)
+        self._memory_gone(t, alive)
+        if self.memory is not None and self.cfg.memory_budget_total is not None:
+            try:
+                self.memory.set_total(self.cfg.memory_budget_total - self._premoved())
+            except OSError:
+                pass                        # raised again at the next change
         t.handle.close()
 
     def _publish(self) -> None:
         self.stats.stray_list = [
             {"pid": t.key[0], "name": t.comm, "cpu_cores": round(t.rate or 0.0, 3),
-             "action": t.action, "since": round(t.since_wall, 3)}
+             "memory_bytes": t.rss or 0, "action": t.action, "since": round(t.since_wall, 3)}
             for t in sorted(self.tracked.values(), key=lambda t: -(t.rate or 0.0))
         ]
+
+
+def _size(n) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
 
 
 def _owner(pid: int) -> str:

@@ -98,6 +98,17 @@ class Handle:
             raise _mapped(e, self.pid, "read") from None
         return t.user + t.system
 
+    def rss(self) -> int:
+        """Resident memory in bytes (psutil)."""
+        import psutil
+
+        try:
+            return self.proc.memory_info().rss
+        except psutil.Error as e:
+            raise _psutil_mapped(e, self.pid, "read") from None
+        except OSError as e:
+            raise _mapped(e, self.pid, "read") from None
+
     # --- signals ------------------------------------------------------------
 
     def _fd(self) -> Optional[int]:

@@ -3,81 +3,25 @@ cgroups, SIGSTOP/SIGCONT duty-cycling otherwise.
 
 Cgroup layout, made on first need and removed at exit:
     <reaper's own cpu cgroup>/reaper-strays.<id>/        quota: --cpu-budget-total (or none)
+                                                         (owned: cgroupfs.make_owned)
         shared/                                          strays capped by the total only
         s<pid>.<start>/                                  quota: --cpu-budget
 """
 from __future__ import annotations
 
-import errno
 import os
-import secrets
 import signal
 from typing import Optional
+
+from reaper.budgets.cgroupfs import Unavailable, delegate_v2, cgroup_dir as _cgroup_dir, close_fd, make_owned, \
+    mounts as _mounts, own_paths as _own_paths, read as _read, remove_tree, rmdir, why as _why, \
+    write as _write
+
+__all__ = ["CgroupThrottle", "DutyCycler", "Unavailable"]
 
 PERIOD_US = 100_000          # CFS bandwidth period, the kernel's default
 DUTY_PERIOD = 0.1            # seconds per run/stop cycle (cpulimit uses 0.1 s too)
 MIN_FRACTION = 0.01
-
-
-class Unavailable(Exception):
-    """This mechanism cannot be used here; the message says why."""
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
-
-
-def _mounts() -> list:
-    """(mount point, fstype, super options, root) of every cgroup mount. root is the
-    cgroup the mount shows at its top: a container sees its own cgroup as "/"."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype, _, rest = right.partition(" ")
-            if fstype in ("cgroup", "cgroup2"):
-                fields = left.split()
-                mnt = fields[4].replace("\\040", " ")
-                opts = rest.split()[1] if len(rest.split()) > 1 else ""
-                out.append((mnt, fstype, set(opts.split(",")), fields[3]))
-    return out
-
-
-def _cgroup_dir(mount: tuple, path: str) -> "str | None":
-    """Where reaper's cgroup `path` appears under `mount`, or None if it does not."""
-    mnt, _, _, root = mount
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        return None
-    return os.path.normpath(os.path.join(mnt, rel))
-
-
-def _own_paths() -> dict:
-    """controller ('' for v2) -> reaper's cgroup path."""
-    out = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            for c in ctrls.split(","):
-                out[c] = path
-    return out
-
-
-def _why(e: OSError, path: str) -> str:
-    if e.errno == errno.EROFS:
-        return f"{path} is read-only"
-    if e.errno in (errno.EACCES, errno.EPERM):
-        return f"{path} is not writable by uid {os.getuid()}"
-    return f"{path}: {e.strerror}"
 
 
 class CgroupThrottle:
@@ -87,7 +31,8 @@ class CgroupThrottle:
         self.version = version
         self.kind = f"cgroup_v{version}"
         self.parent = parent                     # reaper's own cgroup: strays go back here
-        self.base = os.path.join(parent, f"reaper-strays.{secrets.token_hex(4)}")
+        self.base = ""                           # made by _create
+        self.fd: Optional[int] = None            # holds the owner's lock on base
         self.leaves: dict = {}                   # key -> leaf dir
         self.total: Optional[float] = None       # the base's quota (--cpu-budget-total), cores
         self._throttled: dict = {}               # dir -> last throttled time seen
@@ -95,12 +40,17 @@ class CgroupThrottle:
     # --- setup -----------------------------------------------------------
 
     @classmethod
-    def probe(cls) -> "CgroupThrottle":
-        """The first mechanism that works, v2 then v1; Unavailable says why none does."""
+    def probe(cls, skip_v2: bool = False) -> "CgroupThrottle":
+        """The first mechanism that works, v2 then v1; Unavailable says why none does.
+        skip_v2: the v2 hierarchy holds the strays' memory cgroups (a process is in
+        one v2 cgroup only)."""
         reasons = []
         mounts = _mounts()
         own = _own_paths()
         for version in (2, 1):
+            if version == 2 and skip_v2:
+                reasons.append("cgroup v2: taken by the memory caps")
+                continue
             if version == 2:
                 cands = [m for m in mounts if m[1] == "cgroup2"]
                 path = own.get("")
@@ -124,20 +74,9 @@ class CgroupThrottle:
 
     def _create(self) -> None:
         if self.version == 2:
-            try:
-                ctrls = _read(os.path.join(self.parent, "cgroup.controllers")).split()
-            except OSError as e:
-                raise Unavailable(_why(e, self.parent)) from None
-            if "cpu" not in ctrls:
-                raise Unavailable(f"cpu controller not delegated to {self.parent}")
-            try:
-                if "cpu" not in _read(os.path.join(self.parent, "cgroup.subtree_control")).split():
-                    _write(os.path.join(self.parent, "cgroup.subtree_control"), "+cpu")
-            except OSError as e:
-                # EBUSY: the no-internal-processes rule (reaper's cgroup holds processes).
-                raise Unavailable(f"cannot enable cpu below {self.parent}: {e.strerror}") from None
+            delegate_v2(self.parent, "cpu")
         try:
-            os.mkdir(self.base)
+            self.base, self.fd = make_owned(self.parent)
         except OSError as e:
             raise Unavailable(_why(e, self.parent)) from None
         try:
@@ -147,7 +86,9 @@ class CgroupThrottle:
                 _write(os.path.join(self.base, "cpu.cfs_period_us"), str(PERIOD_US))
             self._set_quota(self.base, None)
         except OSError as e:
-            self._rmdir(self.base)
+            rmdir(self.base)
+            close_fd(self.fd)
+            self.fd = None
             raise Unavailable(f"{self.base}: {e.strerror}") from None
 
     def _set_quota(self, d: str, cores: Optional[float]) -> None:
@@ -202,13 +143,7 @@ class CgroupThrottle:
 
     @staticmethod
     def _rmdir(d: str) -> bool:
-        try:
-            os.rmdir(d)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
+        return rmdir(d)
 
     def close(self) -> list:
         """Moves any process still inside back to reaper's own cgroup, removes
@@ -216,27 +151,10 @@ class CgroupThrottle:
         Never sleeps (it runs on the loop's path): a process moved out has left by
         the second pass, and the drain has reaped everything before this runs."""
         try:
-            dirs = [os.path.join(self.base, n) for n in os.listdir(self.base)
-                    if os.path.isdir(os.path.join(self.base, n))] + [self.base]
-        except OSError:
-            return []
-        for _ in range(2):
-            dirs = [d for d in dirs if not self._empty_and_remove(d)]
-            if not dirs:
-                break
-        return dirs
-
-    def _empty_and_remove(self, d: str) -> bool:
-        try:
-            pids = _read(os.path.join(d, "cgroup.procs")).split()
-        except OSError:
-            pids = []
-        for pid in pids:
-            try:
-                self.move(int(pid), self.parent)
-            except (OSError, ValueError):
-                pass
-        return self._rmdir(d)
+            return remove_tree(self.base, self.parent)
+        finally:
+            close_fd(self.fd)
+            self.fd = None
 
 
 class DutyCycler:
@@ -293,7 +211,7 @@ class DutyCycler:
     def _send(self, key: tuple, m, signo: int) -> bool:
         """signo to a member; False if it did not arrive (the process is gone, or
         reaper may not signal it: then the fault is kept)."""
-        from reaper.procctl import Gone
+        from reaper.budgets.procctl import Gone
 
         try:
             m.handle.signal(signo)

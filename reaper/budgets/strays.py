@@ -5,7 +5,10 @@ child's and every supervised process's): an adopted orphan and everything
 below it; (2) with Ray-aware detection, below a Ray worker whose title is
 exactly ``ray::IDLE`` (its task returned, the child outlived it); (3) matched
 by --stray-match. Never: reaper itself, PID 1, a process entered from outside
-the namespace (ppid 0), Ray's own processes, anything matched by --protect.
+the namespace (ppid 0), Ray's own processes (told by their executable and
+script: reaper/budgets/ray.py, never by a name), the children of a real raylet
+(Ray's workers and agents), anything matched by --protect. --no-ray-aware turns
+off rule (2) only: Ray's own processes are never strays.
 
 In ``reaper watch`` mode reaper is nobody's ancestor: the orphans are the
 processes re-parented to PID 1 of the namespace and everything below them.
@@ -15,15 +18,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from reaper.budgets.ray import RayProcesses
 from reaper.proctable import ProcTable, read_cmdline, read_comm
 
 RAY_IDLE = "ray::IDLE"
-RAY_SYSTEM_COMMS = frozenset({"raylet", "gcs_server"})
-# Ray's Python daemons (dashboard, its agents, monitor, log monitor, client
-# server) and the `ray start` process itself.
-RAY_SYSTEM_CMDLINE = re.compile(
-    r"(^|\s|/)ray/(_private|autoscaler|dashboard|util/client)/\S*\.py(\s|$)"
-    r"|(^|/)ray start(\s|$)|/ray/core/src/ray/")
 
 
 class Stray(NamedTuple):
@@ -41,6 +39,7 @@ class Finder:
         self.match = [re.compile(r) for r in cfg.stray_match]
         self.protect = [re.compile(r) for r in cfg.protect]
         self.ray_aware = cfg.ray_aware
+        self.ray = RayProcesses()
         self.ray_seen = False            # a raylet was found at some point
 
     @property
@@ -71,18 +70,20 @@ class Finder:
             found[pid] = "orphan"
 
         ray_system: set = set()
-        if self.ray_aware:
-            raylets = [p.pid for p in procs.values() if p.comm == "raylet"]
-            self.ray_seen = self.ray_seen or bool(raylets)
-            for r in raylets:
-                for w in table.children.get(r, ()):
-                    ray_system.add(w)    # Ray's workers and agents
-                    if visible is not None and w not in visible:
-                        continue
-                    # comm holds the title's first 15 characters; confirm on the full title.
-                    if read_comm(w) == RAY_IDLE and read_cmdline(w) == RAY_IDLE:
-                        for d in table.descendants(table.children.get(w, ())):
-                            found.setdefault(d, "ray-idle")
+        # A real raylet is named raylet (its comm comes from its executable); the
+        # name only picks the candidates, the executable decides.
+        raylets = [p.pid for p in procs.values()
+                   if p.comm == "raylet" and self.ray.kind(p.pid, p.start) == "raylet"]
+        self.ray_seen = self.ray_seen or bool(raylets)
+        for r in raylets:
+            for w in table.children.get(r, ()):
+                ray_system.add(w)        # Ray's workers and agents
+                if not self.ray_aware or (visible is not None and w not in visible):
+                    continue
+                # comm holds the title's first 15 characters; confirm on the full title.
+                if read_comm(w) == RAY_IDLE and read_cmdline(w) == RAY_IDLE:
+                    for d in table.descendants(table.children.get(w, ())):
+                        found.setdefault(d, "ray-idle")
 
         if self.match:
             for p in procs.values():
@@ -97,12 +98,12 @@ class Finder:
             p = procs.get(pid)
             if p is None or pid == me or pid == 1 or p.ppid == 0 or pid in ray_system:
                 continue
-            if p.comm in RAY_SYSTEM_COMMS:
-                continue
             cmd = read_cmdline(pid)
             if not cmd:              # a zombie (or a kernel thread): nothing to budget
                 continue
-            if RAY_SYSTEM_CMDLINE.search(cmd) or any(rx.search(cmd) for rx in self.protect):
+            if any(rx.search(cmd) for rx in self.protect) or self.ray.kind(pid, p.start) is not None:
                 continue
             strays[(pid, p.start)] = Stray(pid, p.start, p.ppid, read_comm(pid) or p.comm, cmd, reason)
+        if len(self.ray.cache) > 512:
+            self.ray.prune({(p.pid, p.start) for p in procs.values()})
         return strays

@@ -1,0 +1,208 @@
+"""What the cgroup caps (cpu, memory) share: the mounted hierarchies, reaper's own
+cgroups in them, and the directories reaper makes there.
+
+Every directory reaper makes is named ``reaper-strays.<random>`` and is *owned*:
+reaper holds an exclusive flock(2) on it for as long as it lives. The kernel drops
+the lock when the holder dies, SIGKILL included, so "its creator is gone" is
+decided by the lock alone, whatever PID namespace, container or pid the creator
+had (pids repeat across namespaces; a lock does not). cleanup.py removes the
+empty ones nobody holds.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+from typing import Optional
+
+PREFIX = "reaper-strays."
+
+
+class Unavailable(Exception):
+    """This mechanism cannot be used here; the message says why."""
+
+
+def write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def mounts() -> list:
+    """(mount point, fstype, super options, root) of every cgroup mount. root is the
+    cgroup the mount shows at its top: a container sees its own cgroup as "/"."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fstype, _, rest = right.partition(" ")
+            if fstype in ("cgroup", "cgroup2"):
+                fields = left.split()
+                mnt = fields[4].replace("\\040", " ")
+                opts = rest.split()[1] if len(rest.split()) > 1 else ""
+                out.append((mnt, fstype, set(opts.split(",")), fields[3]))
+    return out
+
+
+def cgroup_dir(mount: tuple, path: str) -> "str | None":
+    """Where reaper's cgroup `path` appears under `mount`, or None if it does not."""
+    mnt, _, _, root = mount
+    rel = os.path.relpath(path, root)
+    if rel.startswith(".."):
+        return None
+    return os.path.normpath(os.path.join(mnt, rel))
+
+
+def own_paths() -> dict:
+    """controller ('' for v2) -> reaper's cgroup path."""
+    out = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            for c in ctrls.split(","):
+                out[c] = path
+    return out
+
+
+def own_dir(controller: str) -> "tuple | None":
+    """(version, directory) of reaper's own cgroup for a v1 controller's hierarchy,
+    or for the v2 hierarchy (controller ''); None if it is not mounted here."""
+    own = own_paths()
+    for m in mounts():
+        if controller == "" and m[1] == "cgroup2" and "" in own:
+            d = cgroup_dir(m, own[""])
+            if d is not None:
+                return 2, d
+        if controller and m[1] == "cgroup" and controller in m[2] and controller in own:
+            d = cgroup_dir(m, own[controller])
+            if d is not None:
+                return 1, d
+    return None
+
+
+def why(e: OSError, path: str) -> str:
+    if e.errno == errno.EROFS:
+        return f"{path} is read-only"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"{path} is not writable by uid {os.getuid()}"
+    return f"{path}: {e.strerror}"
+
+
+def delegate_v2(parent: str, controller: str) -> None:
+    """Makes controller available to the cgroups reaper creates below parent (cgroup v2),
+    or raises Unavailable saying why."""
+    try:
+        ctrls = read(os.path.join(parent, "cgroup.controllers")).split()
+    except OSError as e:
+        raise Unavailable(why(e, parent)) from None
+    if controller not in ctrls:
+        raise Unavailable(f"{controller} controller not delegated to {parent}")
+    try:
+        if controller not in read(os.path.join(parent, "cgroup.subtree_control")).split():
+            write(os.path.join(parent, "cgroup.subtree_control"), f"+{controller}")
+    except OSError as e:
+        # EBUSY: the no-internal-processes rule (reaper's cgroup holds processes).
+        raise Unavailable(f"cannot enable {controller} below {parent}: {e.strerror}") from None
+
+
+def lock(fd: int) -> bool:
+    """Takes the owner's lock on a directory without waiting; False if someone holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+
+
+def make_owned(parent: str) -> tuple:
+    """(path, fd): a new reaper-strays.<random> directory under parent, locked by
+    this process through fd (close fd only after removing the directory).
+
+    A cleaner in another reaper may take the lock of a brand-new directory in the
+    instant before its creator does, find it empty and remove it: so the creator
+    retries (a new name) until it holds the lock of a directory that still exists.
+    Raises OSError when mkdir fails."""
+    for _ in range(5):
+        path = os.path.join(parent, PREFIX + secrets.token_hex(4))
+        os.mkdir(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue                    # a cleaner removed it already
+        held = False
+        for _ in range(100):            # a cleaner holds it for a few system calls at most
+            if lock(fd):
+                held = True
+                break
+            os.sched_yield()
+        try:
+            if held and os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return path, fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+        rmdir(path)
+    raise OSError(errno.EBUSY, f"could not keep a directory under {parent}")
+
+
+def rmdir(d: str) -> bool:
+    try:
+        os.rmdir(d)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def procs(d: str) -> list:
+    try:
+        return [int(p) for p in read(os.path.join(d, "cgroup.procs")).split()]
+    except (OSError, ValueError):
+        return []
+
+
+def empty_and_remove(d: str, back: str) -> bool:
+    """Moves whatever is in d back to back, then removes d; True once it is gone."""
+    for pid in procs(d):
+        try:
+            write(os.path.join(back, "cgroup.procs"), str(pid))
+        except OSError:
+            pass
+    return rmdir(d)
+
+
+def remove_tree(base: str, back: str) -> list:
+    """Empties and removes base and its leaves (one level, as reaper makes them);
+    returns what could not be removed. Never sleeps: it runs on the loop's path at
+    exit; a process moved out has left by the second pass."""
+    try:
+        dirs = [os.path.join(base, n) for n in os.listdir(base)
+                if os.path.isdir(os.path.join(base, n))] + [base]
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return [base]
+    for _ in range(2):
+        dirs = [d for d in dirs if not empty_and_remove(d, back)]
+        if not dirs:
+            break
+    return dirs
+
+
+def close_fd(fd: Optional[int]) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,264 @@
+"""Which processes are Ray's own, judged by what a process cannot change about
+itself: the file it executes, never its comm or command line (prctl and
+``exec -a`` rename anything).
+
+- raylet and gcs_server: /proc/PID/exe is ray/core/src/ray/raylet/raylet or
+  ray/core/src/ray/gcs/gcs_server inside an installed ray package;
+- Ray's Python daemons (dashboard, its agents, monitor, log monitor, client
+  server): the executable is a Python interpreter and the script it runs (the first
+  argument after the interpreter's options; ``-m ray.x.y``: that module's file) is a
+  real file inside an installed ray package, under _private/, autoscaler/,
+  dashboard/ or util/client/;
+- ``ray start``: the interpreter runs Ray's ``ray`` launcher, the console script
+  that pip generates to call ray.scripts.scripts.
+
+An installed ray package is a ``ray`` directory with ``__init__.py`` and the
+compiled core ``_raylet.so`` that is either the one reaper's own interpreter would
+import (found without importing it) or sits in a ``site-packages`` or
+``dist-packages`` directory of any interpreter. Paths are resolved inside the
+process's own root (/proc/PID/root, symlinks included), relative to its working
+directory (/proc/PID/cwd): in ``reaper watch`` Ray is usually installed in another
+container of the pod, which the sidecar sees only there. The file found must be
+the very file the process runs (same device and inode as /proc/PID/exe).
+
+Results are kept per (pid, start time, command line): an exec or a new title
+asks again.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+
+RAYLET = "core/src/ray/raylet/raylet"
+GCS_SERVER = "core/src/ray/gcs/gcs_server"
+DAEMON_DIRS = ("_private/", "autoscaler/", "dashboard/", "util/client/")
+LAUNCHER_MARK = b"from ray.scripts.scripts import main"
+PYTHON_EXE = re.compile(r"python(\d+(\.\d+)*)?[a-z]?$")
+# The interpreter's options that take a value (CPython's -W, -X, --check-hash-based-pycs).
+_TAKES_VALUE = ("W", "X")
+MAX_LINKS = 40
+
+
+def local_package() -> Optional[str]:
+    """The ray package reaper's own interpreter would import; None if there is none.
+    find_spec on a top-level name reads sys.path only: ray is not imported."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("ray")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return os.path.realpath(os.path.dirname(spec.origin))
+
+
+def resolve_in(root: str, path: str, cwd: str = "/") -> Optional[str]:
+    """path as the process whose root directory is `root` sees it, symlinks resolved
+    inside that root; the result is absolute within the root. None if it does not resolve."""
+    if not path:
+        return None
+    todo = [p for p in (path if path.startswith("/") else cwd.rstrip("/") + "/" + path).split("/") if p]
+    done: list = []
+    links = 0
+    while todo:
+        part = todo.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        here = root + "/" + "/".join(done + [part])
+        try:
+            target = os.readlink(here)
+        except OSError as e:
+            if e.errno == 22:           # EINVAL: not a symlink
+                done.append(part)
+                continue
+            return None                 # missing or unreadable
+        links += 1
+        if links > MAX_LINKS:
+            return None
+        if target.startswith("/"):
+            done = []
+        todo = [p for p in target.split("/") if p] + todo
+    return "/" + "/".join(done)
+
+
+def python_script(argv: list) -> tuple:
+    """What a CPython command line runs: ("script", path), ("module", name) or
+    ("other", None) for -c, stdin and anything it cannot tell."""
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return ("script", argv[i + 1]) if i + 1 < len(argv) else ("other", None)
+        if a.startswith("--"):
+            if a == "--check-hash-based-pycs":
+                i += 1
+            i += 1
+            continue
+        if a.startswith("-") and len(a) > 1:
+            j = 1
+            while j < len(a):
+                c = a[j]
+                if c == "c":
+                    return ("other", None)
+                if c == "m":
+                    name = a[j + 1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+                    return ("module", name) if name else ("other", None)
+                if c in _TAKES_VALUE:
+                    if j + 1 == len(a):
+                        i += 1          # the value is the next argument
+                    break
+                j += 1
+            i += 1
+            continue
+        if a == "-":
+            return ("other", None)
+        return ("script", a)
+    return ("other", None)
+
+
+class RayProcesses:
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self.local = local_package()
+        self.cache: dict = {}           # (pid, start) -> (cmdline, kind)
+        self._packages: dict = {}       # (root id, dir) -> bool: an installed ray package
+
+    def prune(self, alive) -> None:
+        """Forgets processes no longer in the table (alive: the (pid, start) keys)."""
+        for key in [k for k in self.cache if k not in alive]:
+            del self.cache[key]
+        if len(self._packages) > 256:
+            self._packages.clear()
+
+    def kind(self, pid: int, start: int, cmdline: Optional[bytes] = None) -> Optional[str]:
+        """'raylet', 'gcs_server', 'daemon' or 'ray_start' for Ray's own processes; None otherwise."""
+        if cmdline is None:
+            cmdline = self._cmdline(pid)
+        hit = self.cache.get((pid, start))
+        if hit is not None and hit[0] == cmdline:
+            return hit[1]
+        try:
+            k = self._classify(pid, cmdline)
+        except OSError:
+            k = None
+        self.cache[(pid, start)] = (cmdline, k)
+        return k
+
+    def _cmdline(self, pid: int) -> bytes:
+        try:
+            with open(f"{self.proc}/{pid}/cmdline", "rb") as f:
+                return f.read(8192)
+        except OSError:
+            return b""
+
+    def _classify(self, pid: int, cmdline: bytes) -> Optional[str]:
+        base = f"{self.proc}/{pid}"
+        exe = os.readlink(f"{base}/exe")
+        if exe.endswith(" (deleted)"):
+            return None
+        root = f"{base}/root"
+        real_exe = resolve_in(root, exe)
+        if real_exe is None:
+            return None
+        st = os.stat(f"{base}/exe")
+        found = os.stat(root + real_exe)
+        if (st.st_dev, st.st_ino) != (found.st_dev, found.st_ino):
+            return None                 # not the file the process runs
+        rel = self._in_package(root, real_exe)
+        if rel == RAYLET:
+            return "raylet"
+        if rel == GCS_SERVER:
+            return "gcs_server"
+        if not PYTHON_EXE.match(os.path.basename(real_exe)):
+            return None
+        argv = [a.decode(errors="surrogateescape") for a in cmdline.rstrip(b"\0").split(b"\0")]
+        what, arg = python_script(argv)
+        if what == "other":
+            return None
+        cwd = os.readlink(f"{base}/cwd")
+        if what == "module":
+            parts = arg.split(".")
+            if parts[0] != "ray" or len(parts) < 2 or not all(p.isidentifier() for p in parts):
+                return None
+            for pkg in self._packages_for(root, real_exe):
+                for cand in ("/".join(parts[1:]) + ".py", "/".join(parts[1:]) + "/__main__.py"):
+                    if os.path.isfile(f"{root}{pkg}/{cand}") and cand.startswith(DAEMON_DIRS):
+                        return "daemon"
+            return None
+        script = resolve_in(root, arg, cwd)
+        if script is None or not os.path.isfile(root + script):
+            return None
+        rel = self._in_package(root, script)
+        if rel is not None:
+            return "daemon" if rel.endswith(".py") and rel.startswith(DAEMON_DIRS) else None
+        if os.path.basename(script) == "ray" and self._is_launcher(root + script):
+            return "ray_start"
+        return None
+
+    def _is_package(self, root: str, d: str) -> bool:
+        st = os.stat(root + "/")          # the root's identity: shared by a container's processes
+        key = (st.st_dev, st.st_ino, d)
+        hit = self._packages.get(key)
+        if hit is None:
+            here = root + d
+            real_local = self.local is not None and d == self.local and self._same_root(root)
+            hit = (os.path.isfile(here + "/__init__.py") and os.path.isfile(here + "/_raylet.so")
+                   and (real_local or os.path.basename(os.path.dirname(d)) in ("site-packages", "dist-packages")))
+            self._packages[key] = hit
+        return hit
+
+    def _same_root(self, root: str) -> bool:
+        try:
+            a, b = os.stat(root + "/"), os.stat("/")
+            return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+        except OSError:
+            return False
+
+    def _in_package(self, root: str, path: str) -> Optional[str]:
+        """path relative to the installed ray package holding it, or None."""
+        parts = path.strip("/").split("/")
+        for i, part in enumerate(parts[:-1]):
+            if part == "ray":
+                d = "/" + "/".join(parts[:i + 1])
+                if self._is_package(root, d):
+                    return "/".join(parts[i + 1:])
+        return None
+
+    def _packages_for(self, root: str, exe: str) -> list:
+        """Installed ray packages an interpreter would import: beside it (its prefix's
+        lib*/pythonX.Y/{site,dist}-packages), and reaper's own when the root is ours."""
+        out = []
+        prefix = os.path.dirname(os.path.dirname(exe))
+        for lib in ("lib", "lib64"):
+            try:
+                names = os.listdir(f"{root}{prefix}/{lib}")
+            except OSError:
+                continue
+            for n in names:
+                if n.startswith("python"):
+                    for sub in ("site-packages", "dist-packages"):
+                        d = f"{prefix}/{lib}/{n}/{sub}/ray".replace("//", "/")
+                        if self._is_package(root, d):
+                            out.append(d)
+        for d in ("/usr/lib/python3/dist-packages/ray",):
+            if self._is_package(root, d) and d not in out:
+                out.append(d)
+        if self.local is not None and self._same_root(root) and self.local not in out and \
+                self._is_package(root, self.local):
+            out.append(self.local)
+        return out
+
+    @staticmethod
+    def _is_launcher(path: str) -> bool:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4096)
+        except OSError:
+            return False
+        return head.startswith(b"#!") and LAUNCHER_MARK in head

@@ -1,0 +1,408 @@
+"""The supervised services' processes: the "services" piece of the failure boundary.
+
+The Supervisor (reaper/supervisor.py) calls in at a few points, always through
+Policy.call, so that a failure here switches the piece off with one line and
+reaper goes on (the main child is then started if it was waiting, and services
+still running are drained with the rest at the end):
+
+- its loop starts the main child once main_may_start() (at once, or with
+  --wait-ready when every --service-ready service has said it is ready);
+- an exit the C core reports for a service pid goes to on_exit();
+- a readable readiness pipe (the C wait polls them: no timer while idle) to
+  read_ready();
+- the drain: begin_drain(), then drain_step() after every wait; the services
+  leave the first SIGTERM round (exclude()) and are stopped one at a time,
+  in reverse start order, once the rest has ended.
+
+Restarts are timers: next_deadline() is the earliest one, which the loop's
+wait uses as its timeout; tick() starts what is due.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+from reaper import _native
+from reaper.log import INFO, WARN, quoted
+from reaper.services.restart import DONE, GIVE_UP, Backoff, failed
+from reaper.stats import exit_code
+
+RECHECK_FIRST = 0.01     # drain: look whether the others have ended this soon after SIGTERM,
+RECHECK_MAX = 0.5        # then twice as long each time, up to this
+STATES = ("running", "backoff", "failed", "exited", "stopping", "stopped")
+
+
+class Service:
+    """One service's state, read by the exporter (another thread: plain attributes)."""
+
+    def __init__(self, spec, backoff: Backoff) -> None:
+        self.name = spec.name
+        self.argv = spec.argv
+        self.declares_ready = spec.ready
+        self.backoff = backoff
+        self.state = "backoff"           # until its first start
+        self.pid = None
+        self.starts = 0
+        self.started_at = None           # time.time() of the current or last start
+        self.last_status = None          # raw wait status of its last exit
+        self.last_exit_code = None       # N or 128+N
+        self.failed = False              # given up
+        self.ready = False               # said so on its readiness pipe, this run
+        self.ever_ready = False
+        self.ready_fd = None             # our end of its readiness pipe, while it may still write
+        self.restart_at = None           # monotonic time of the next start
+
+    @property
+    def up(self) -> bool:
+        return self.pid is not None
+
+
+def _describe(status) -> str:
+    if status is None:
+        return "not started"
+    if os.WIFSIGNALED(status):
+        from reaper import signals
+
+        return f"killed by {signals.name(os.WTERMSIG(status))}"
+    return f"exit status {os.WEXITSTATUS(status)}"
+
+
+def _invoker_oom_score_adj():
+    from reaper import oom
+
+    if oom.invoker_value is not None:
+        return oom.invoker_value
+    try:
+        with open(oom.PATH, "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+class Runner:
+    name = "services"
+
+    def __init__(self, cfg, log, stats, sup) -> None:
+        self.cfg, self.log, self.stats, self.sup = cfg, log, stats, sup
+        self.services = [Service(spec, Backoff(cfg.restart, cfg.restart_delay, cfg.restart_max_delay,
+                                                 cfg.restart_limit)) for spec in cfg.service_specs]
+        self.by_pid: dict = {}
+        # Read before the OOM piece lowers reaper's own value: every start gets this one.
+        self.oom_score_adj = _invoker_oom_score_adj()
+        try:
+            self.cwd = os.getcwd()       # the start directory (reaper itself moves to /)
+        except OSError:
+            self.cwd = None
+        self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self.draining = False
+        self.stage = None                # in the drain: others, services, rest
+        self.stopping = None             # the service whose exit the drain waits for
+        self.recheck_at = None
+        self.recheck_every = RECHECK_FIRST
+        self.ready_due = None            # --wait-ready's deadline while the main child waits
+        self.ready_waited = not (cfg.wait_ready and any(s.declares_ready for s in self.services))
+        stats.services = self.services
+        now = time.monotonic()
+        if not self.ready_waited:
+            self.ready_due = now + cfg.wait_ready
+        for svc in self.services:
+            self._start(svc, now)
+        sup.services = self
+
+    # --- the plugin interface (reaper/boundary.py Policy) ---------------------------
+
+    def next_deadline(self):
+        due = [s.restart_at for s in self.services if s.restart_at is not None]
+        for d in (self.ready_due, self.recheck_at):
+            if d is not None:
+                due.append(d)
+        return min(due) if due else None
+
+    def tick(self, now: float) -> None:
+        if self.ready_due is not None and now >= self.ready_due:
+            self.ready_due = None
+            self.ready_waited = True
+            late = [s.name for s in self.services if s.declares_ready and not s.ever_ready]
+            self.log.warn(f"services not ready after {self.cfg.wait_ready:g}s: {', '.join(late)}; "
+                          "starting the main child")
+        if self.recheck_at is not None and now >= self.recheck_at:
+            self.recheck_at = None       # drain_step, right after this tick, looks again
+        for svc in self.services:
+            if svc.restart_at is not None and now >= svc.restart_at and not self.draining:
+                self._start(svc, now)
+
+    def close(self) -> None:
+        """At reaper's exit, or when this piece failed: no more restarts. A service
+        still up is left to the drain (SIGTERM with the rest, or SIGKILL)."""
+        for svc in self.services:
+            svc.restart_at = None
+            self._close_ready(svc)
+        self.ready_due = self.recheck_at = None
+        try:
+            self.sup.waiter.report(())
+            self.sup.waiter.poll_also(())
+        finally:
+            try:
+                os.close(self.devnull)
+            except OSError:
+                pass
+
+    # --- starting -------------------------------------------------------------------
+
+    def main_may_start(self) -> bool:
+        return self.ready_waited or all(s.ever_ready for s in self.services if s.declares_ready)
+
+    def _start(self, svc: Service, now: float) -> None:
+        svc.restart_at = None
+        svc.starts += 1
+        svc.backoff.started(now)
+        svc.started_at = time.time()
+        svc.ready = False
+        env = {k: v for k, v in os.environb.items() if k != b"REAPER_READY_FD"}
+        r = w = -1
+        try:
+            if svc.declares_ready:
+                r, w = os.pipe2(os.O_CLOEXEC)
+                if w <= 2:                    # stdin is replaced in the child: keep it above
+                    w2 = _dup_above(w)
+                    os.close(w)
+                    w = w2
+                os.set_blocking(r, False)
+                env[b"REAPER_READY_FD"] = str(w).encode()
+            io = _native.ServiceIO(env, self.cwd, self.devnull, w, self.oom_score_adj)
+            pid, exec_errno = _native.spawn(svc.argv, True, False, False, io)
+        except OSError as e:                  # fork failed (EAGAIN: the pids limit), no pipe
+            if r >= 0:
+                os.close(r)
+            self.log.event(("service-start", svc.name), WARN,
+                           f"service {svc.name}: cannot start: {e.strerror}")
+            self._ended(svc, now, None)
+            return
+        finally:
+            if w >= 0:
+                os.close(w)
+        svc.pid = pid
+        svc.state = "running"
+        svc.ready_fd = r if r >= 0 else None
+        self.by_pid[pid] = svc
+        self.sup.supervised.add(pid)
+        self._arm()
+        if exec_errno:                         # the child exits 127/126: reaped as an exit
+            self.log.event(("service-exec", svc.name), WARN,
+                           f"service {svc.name}: cannot run {quoted(svc.argv[0])}: {os.strerror(exec_errno)}")
+        elif svc.starts > 1:
+            self.log.info(f"service {svc.name} restarted (pid {pid}, start {svc.starts})")
+
+    def _arm(self) -> None:
+        """What the C wait watches: the services' pids, the readiness pipes still open."""
+        self.sup.waiter.report(self.by_pid)
+        self.sup.waiter.poll_also(s.ready_fd for s in self.services if s.ready_fd is not None)
+
+    # --- readiness ------------------------------------------------------------------
+
+    def read_ready(self) -> None:
+        changed = False
+        for svc in self.services:
+            if svc.ready_fd is None:
+                continue
+            try:
+                data = os.read(svc.ready_fd, 4096)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if b"\n" in data:
+                svc.ready = svc.ever_ready = True
+                self.log.info(f"service {svc.name} is ready")
+            elif data:
+                continue                       # s6's rule: ready at the newline
+            self._close_ready(svc, arm=False)  # ready or closed: nothing more to read
+            changed = True
+        if changed:
+            self._arm()
+
+    def _close_ready(self, svc: Service, arm: bool = True) -> None:
+        fd, svc.ready_fd = svc.ready_fd, None
+        if fd is None:
+            return
+        if arm:
+            self._arm()                        # out of the poll set before it is closed
+        else:
+            self.sup.waiter.poll_also(s.ready_fd for s in self.services if s.ready_fd is not None)
+        os.close(fd)
+
+    # --- exits ----------------------------------------------------------------------
+
+    def owns(self, pid: int) -> bool:
+        return pid in self.by_pid
+
+    def on_exit(self, pid: int, status: int) -> None:
+        svc = self.by_pid.pop(pid, None)
+        if svc is None:
+            return
+        self.sup.supervised.discard(pid)
+        svc.pid = None
+        svc.ready = False
+        svc.last_status = status
+        svc.last_exit_code = exit_code(status)
+        self._close_ready(svc, arm=False)
+        self._arm()
+        if self.draining:
+            # Not in the drain's counts: stopping the services is the expected end, not
+            # news (an ordinary run stays silent); one still up at SIGKILL is counted.
+            svc.state = "stopped"
+            self.log.info(f"service {svc.name} ({pid}) stopped: {_describe(status)}")
+            return
+        self._ended(svc, time.monotonic(), status)
+
+    def _ended(self, svc: Service, now: float, status) -> None:
+        decision, delay = svc.backoff.ended(now, status)
+        what = f"service {svc.name} ended: {_describe(status)}"
+        if decision == DONE:
+            svc.state = "exited"
+            self.log.info(f"{what}; not restarted (--restart {self.cfg.restart})")
+        elif decision == GIVE_UP:
+            self._give_up(svc, what)
+        else:
+            svc.state = "backoff"
+            svc.restart_at = now + delay
+            level = WARN if failed(status) else INFO
+            # Not rate-limited: the start limit bounds these lines (N per window and service).
+            (self.log.warn if level == WARN else self.log.info)(f"{what}; restarting in {delay:g}s")
+
+    def _give_up(self, svc: Service, what: str) -> None:
+        svc.state = "failed"
+        svc.failed = True
+        n, window = self.cfg.restart_limit
+        why = "--restart never" if self.cfg.restart == "never" else \
+            f"started {n} time{'s' if n != 1 else ''} within {window:g}s"
+        stop = self.cfg.on_service_failure == "stop"
+        self.log.error(f"{what}; {why}: given up, state failed" +
+                       ("; stopping the main child (--on-service-failure stop)" if stop else ""))
+        if stop:
+            self._stop_for_failure()
+
+    def _stop_for_failure(self) -> None:
+        """--on-service-failure stop: the main child is stopped as on a SIGTERM to
+        reaper, and reaper exits non-zero whatever -e and --exit-zero-on-stop say."""
+        sup = self.sup
+        sup.service_failure = True
+        if sup.awaiting_main:                  # during --wait-ready: it never starts
+            sup.fixed_status = 1
+            sup._begin_drain()
+            return
+        if sup.main_pid is None or sup.waiter.spec.watch_reaped or sup.phase != "running":
+            return                             # it has ended already: the drain is on its way
+        from reaper.boundary import forward_table
+        import signal
+
+        signo = forward_table(self.cfg.rewrite)[signal.SIGTERM][0] or signal.SIGTERM
+        for target in ([-sup.main_group] if self.cfg.process_group and sup.main_group else []) + [sup.main_pid]:
+            try:
+                os.kill(target, signo)
+                break
+            except OSError:
+                continue
+
+    # --- the drain ------------------------------------------------------------------
+
+    def begin_drain(self) -> None:
+        """The main child has ended (or never starts): no more restarts."""
+        self.draining = True
+        self.ready_due = None
+        for svc in self.services:
+            svc.restart_at = None
+            if svc.state == "backoff":
+                svc.state = "stopped"
+        self.stage = "services" if self.cfg.no_drain else "others"
+        self.recheck_at = time.monotonic()   # drain_step at the next turn of the loop, not at an event
+
+    def kept(self) -> list:
+        """The services' pids, which the first SIGTERM round leaves alone."""
+        return list(self.by_pid)
+
+    def exclude(self, targets: dict) -> dict:
+        """targets without the services and what runs below them."""
+        from reaper import nodestats
+
+        if not self.by_pid:
+            return targets
+        table = nodestats.scan()
+        keep = set(self.by_pid)
+        for pid in self.by_pid:
+            keep |= nodestats.descendants(table, pid)
+        return {pid: start for pid, start in targets.items() if pid not in keep}
+
+    def drain_step(self, now: float) -> bool:
+        """Advances the ordered stop; True once every service is stopped."""
+        sup = self.sup
+        if self.stage == "others":
+            left = sup._alive(sup.drain_targets) if sup.drain_targets else {}
+            if left:
+                if self.recheck_at is None:
+                    self.recheck_at = now + self.recheck_every
+                    self.recheck_every = min(RECHECK_MAX, self.recheck_every * 2)
+                return False
+            self.stats.drain["terminated"] += len(sup.drain_targets)
+            sup.drain_targets = {}
+            self.recheck_at = None
+            self.stage = "services"
+        if self.stage == "services":
+            if self.stopping is not None and self.stopping.pid is not None:
+                return False                   # its exit comes as an event
+            for svc in reversed(self.services):
+                if svc.pid is not None:
+                    self._terminate(svc)
+                    return False
+            self.stopping = None
+            self.stage = "rest"
+            if not self.cfg.no_drain:
+                sup._terminate_scope()          # what the services left (a child outside their group)
+        return True
+
+    def _terminate(self, svc: Service) -> None:
+        from reaper import nodestats
+        import signal
+
+        self.stopping = svc
+        svc.state = "stopping"
+        self.log.info(f"stopping service {svc.name} ({svc.pid}): SIGTERM")
+        _signal_group(svc.pid, signal.SIGTERM)
+        p = nodestats.read_proc(svc.pid)
+        if p is not None and p.state in ("T", "t"):
+            _signal_group(svc.pid, signal.SIGCONT)   # a stopped process must run to handle it
+
+    def kill_left(self) -> None:
+        """--no-drain at the end of the grace: SIGKILL to the services still up."""
+        import signal
+
+        for svc in self.services:
+            if svc.pid is not None:
+                _signal_group(svc.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, signo: int) -> None:
+    """signo to the service's process group (pid is its leader, not yet reaped, so the
+    group id names no stranger), or to the service alone if it left its group."""
+    for target in (-pid, pid):
+        try:
+            os.kill(target, signo)
+            return
+        except ProcessLookupError:
+            continue
+        except OSError as e:
+            if e.errno != errno.EPERM:
+                continue
+            return
+
+
+def _dup_above(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def start(cfg, log, stats, sup) -> Runner:
+    return Runner(cfg, log, stats, sup)
+

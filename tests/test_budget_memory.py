@@ -1,0 +1,372 @@
+"""Memory and lifetime budgets for strays, and the cgroups reaper leaves (none): real
+processes growing real memory under reaper as PID 1, real memory cgroups (the v1
+memory hierarchy on these machines; v2 where a v2 memory controller exists)."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import budget_helpers as bh
+from conftest import PYTHON, alive, refused, summary, wait_for
+
+FAST = ["--budget-interval", "0.3", "--budget-grace", "0"]
+MB = 1 << 20
+BUDGET = 64 * MB
+
+pytestmark = pytest.mark.xdist_group("cpu-heavy")     # memory growth is timed against samples
+
+# Grows about 40 MB/s (4 MiB every 0.1 s, every page touched) until killed; argv ends with the tag.
+GROW = ("import sys, time\n"
+        "hold = []\n"
+        "while True:\n"
+        "    hold.append(b'\\x01' * (4 << 20))\n"
+        "    time.sleep(0.1)\n")
+# An idle stray, tagged by its last argument.
+SLEEPER = f"{PYTHON} -c 'import time; time.sleep(600)'"
+# Holds 100 MiB, more than the budget, in the main tree.
+MAIN_HOLDS = "x = b'\\x01' * (100 << 20)\nimport time\ntime.sleep(600)\n"
+
+
+def _own_memory_dir() -> "str | None":
+    """This process's v1 memory cgroup directory, if writable."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrls.split(","):
+                d = "/sys/fs/cgroup/memory" + path
+                return d if os.geteuid() == 0 and os.access(d, os.W_OK) else None
+    return None
+
+
+needs_v1_memory = pytest.mark.skipif(_own_memory_dir() is None,
+                                     reason="needs root and a writable cgroup v1 memory hierarchy")
+
+
+def memory_cgroup(pid: int) -> str:
+    """pid's cgroup in the v1 memory hierarchy ('' if there is none)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrls.split(","):
+                return path
+    return ""
+
+
+def peak_rss(pid: int) -> int:
+    """VmHWM: the most the process ever held resident."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def watch_peak(pid: int, until, timeout: float) -> int:
+    """The stray's peak resident memory, followed until until() or its death."""
+    peak, deadline = 0, time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            peak = max(peak, peak_rss(pid))
+        except OSError:
+            return peak
+        if not alive(pid) or until():
+            return peak
+        time.sleep(0.01)
+    raise AssertionError(f"stray {pid} still growing after {timeout}s (peak {peak / MB:.0f} MiB)")
+
+
+def _start(reaper, args, main_code: str, stray_code: str, tag: str):
+    q = stray_code.replace("'", "'\\''")
+    m = main_code.replace("'", "'\\''")
+    r = reaper([*args, "--", "sh", "-c", f"( {PYTHON} -c '{q}' {tag} & ); exec {PYTHON} -c '{m}' main-{tag}"])
+    r.wait_ready()
+    return r
+
+
+def _main_of(tag: str) -> int:
+    from conftest import pids_with_arg
+
+    return wait_for(lambda: (pids_with_arg(f"main-{tag}") or [None])[0], 20, what="the main child")
+
+
+@needs_v1_memory
+def test_throttle_caps_a_growing_stray_inside_its_own_memory_cgroup(reaper):
+    tag = bh.marker()
+    r = _start(reaper, ["-v", "--memory-budget", "64M", "--budget-action", "throttle", *FAST],
+               MAIN_HOLDS, GROW, tag)
+    main = _main_of(tag)
+    (pid,) = bh.wait_tagged(tag)
+    leaf = "/sys/fs/cgroup/memory" + wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(
+        memory_cgroup(pid)), 20, what="the stray in a memory cgroup of its own")
+    peak = watch_peak(pid, lambda: False, 30)            # it grows until the cgroup's OOM killer ends it
+    wait_for(lambda: not os.path.exists(leaf), 20, what="reaper to see it die and remove its cgroup")
+    assert peak < 2 * BUDGET, f"the stray reached {peak / MB:.0f} MiB"
+    assert peak < BUDGET + 4 * MB, f"{peak / MB:.0f} MiB: above its budget in all"   # memory charged before counts
+    assert alive(main) and peak_rss(main) > 100 * MB       # the main tree, holding more, untouched
+    assert memory_cgroup(main) == memory_cgroup(os.getpid())
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert re.search(r"stray \d+ \(python\S*\) was killed by the kernel's OOM killer inside its memory cgroup",
+                     r.stderr), r.stderr
+    s = summary(r.stderr)
+    assert s["budget_actions"]["throttle_memory_cgroup"] == 1 and s["budget_actions"]["oom_kill"] == 1, s
+    base = re.search(r"memory controller in (\S+reaper-strays\.[0-9a-f]+)", r.stderr).group(1)
+    assert not os.path.exists(base)                        # removed at exit
+
+
+def test_terminate_stops_a_growing_stray_at_the_first_sample_over_budget(reaper, tmp_path):
+    tag, term = bh.marker(), tmp_path / "term"
+    stray = (f"import signal, sys, time\n"
+             f"signal.signal(signal.SIGTERM, lambda *a: (open({str(term)!r}, 'w').write('t'), sys.exit(0)))\n"
+             + GROW.split("\n", 1)[1])
+    r = _start(reaper, ["--memory-budget", "64Mi", "--budget-action", "terminate", "--grace", "2", *FAST],
+               MAIN_HOLDS, stray, tag)
+    main = _main_of(tag)
+    (pid,) = bh.wait_tagged(tag)
+    peak = watch_peak(pid, lambda: term.exists(), 30)
+    wait_for(lambda: not alive(pid), 10, what="the stray to exit")
+    assert term.read_text() == "t"                         # SIGTERM, and its handler ran
+    assert peak < 2 * BUDGET, f"the stray reached {peak / MB:.0f} MiB"
+    assert alive(main) and peak_rss(main) > 100 * MB
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert re.search(r"holds [\d.]+ MiB, over --memory-budget 64 MiB: terminate", r.stderr), r.stderr
+    assert summary(r.stderr)["budget_actions"]["terminate"] == 1
+
+
+def _v2_memory() -> str:
+    """'' if a v2 hierarchy offers the memory controller to reaper's cgroup, else why not."""
+    from reaper.budgets import cgroupfs
+
+    where = cgroupfs.own_dir("")
+    if where is None:
+        return "no cgroup v2 hierarchy on this machine"
+    try:
+        ctrls = open(os.path.join(where[1], "cgroup.controllers")).read().split()
+    except OSError as e:
+        return f"{where[1]}: {e.strerror}"
+    if "memory" not in ctrls:
+        return (f"hybrid host: the cgroup v2 hierarchy at {where[1]} has no memory controller "
+                f"(it is bound to cgroup v1 here; controllers: {' '.join(ctrls) or 'none'})")
+    return ""
+
+
+def test_throttle_on_a_cgroup_v2_memory_controller(reaper):
+    why = _v2_memory()
+    if why:
+        pytest.skip(why)                   # what the machine cannot do, CI or not
+    tag = bh.marker()
+    r = _start(reaper, ["-v", "--memory-budget", "64M", "--budget-action", "throttle", *FAST],
+               MAIN_HOLDS, GROW, tag)
+    (pid,) = bh.wait_tagged(tag)
+    peak = watch_peak(pid, lambda: False, 30)
+    assert peak < BUDGET + 4 * MB
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert "cgroup v2 memory controller" in r.stderr, r.stderr
+
+
+IDLE_WITH_HANDLER = ("import signal, sys, time\n"
+                     "def term(*_):\n"
+                     "    open(sys.argv[1], 'w').write(str(time.monotonic()))\n"
+                     "    sys.exit(0)\n"
+                     "signal.signal(signal.SIGTERM, term)\n"
+                     "time.sleep(600)\n")
+
+
+@pytest.mark.parametrize("action", ["nice", "throttle"])
+def test_an_idle_stray_is_terminated_at_its_max_age_and_its_handler_runs(reaper, tmp_path, action):
+    tag, term = bh.marker(), tmp_path / "term"
+    code = IDLE_WITH_HANDLER.replace("'", "'\\''")
+    t0 = time.monotonic()
+    r = reaper(["--stray-max-age", "2", "--budget-action", action, "--budget-interval", "0.3", "--grace", "5",
+                "--", "sh", "-c", f"( {PYTHON} -c '{code}' {term} {tag} & ); exec sleep 600"])
+    (pid,) = bh.wait_tagged(tag)
+    wait_for(lambda: not alive(pid), 30, what="the idle stray to be terminated")
+    assert float(term.read_text()) - t0 >= 2              # not before its max age
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert re.search(r"stray \d+ \(python\S*\) first seen 2s ago \(--stray-max-age\): SIGTERM", r.stderr), r.stderr
+    s = summary(r.stderr)
+    assert s["budget_actions"] == {"terminate": 1}, s     # no SIGKILL: the handler ended it
+
+
+def test_observe_only_reports_a_stray_past_its_max_age(reaper):
+    tag = bh.marker()
+    # The main child ends 3 s in (an event, not a sleep of the test's): by then the stray
+    # is well past its max age; the drain then stops it.
+    r = reaper(["--stray-max-age", "1", "--budget-action", "observe", "--budget-interval", "0.3",
+                "--", "sh", "-c", f"( {SLEEPER} {tag} & ); exec sleep 3"])
+    assert r.wait() == 0
+    assert summary(r.stderr)["budget_actions"] == {}, r.stderr      # reported, never signalled by the budget
+    assert re.search(r"stray \d+ \(python\S*, orphan\) first seen \d+s ago, past --stray-max-age 1: observe",
+                     r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--memory-budget", "-5M"], "--memory-budget: expected a size in bytes"),
+    (["--memory-budget", "64MB"], "--memory-budget: expected a size in bytes"),
+    (["--memory-budget", "abc"], "--memory-budget: expected a size in bytes"),
+    (["--memory-budget", "0"], "--memory-budget: must be a size > 0"),
+    (["--memory-budget-total", "1.2.3G"], "--memory-budget-total: expected a size in bytes"),
+    (["--memory-budget-total", ""], "--memory-budget-total: expected a size in bytes"),
+    (["--stray-max-age", "0"], "--stray-max-age: must be a number > 0"),
+    (["--stray-max-age", "-1"], "--stray-max-age: must be a number > 0"),
+    (["--stray-max-age", "soon"], "--stray-max-age: expected a number of seconds"),
+])
+def test_bad_sizes_and_ages_are_one_line_exit_2(tmp_path, args, msg):
+    refused(tmp_path, args, msg)
+
+
+def test_bad_sizes_from_the_environment(tmp_path):
+    refused(tmp_path, [], "REAPER_MEMORY_BUDGET: must be a size > 0", env={"REAPER_MEMORY_BUDGET": "0K"})
+    refused(tmp_path, [], "REAPER_STRAY_MAX_AGE: must be a number > 0", env={"REAPER_STRAY_MAX_AGE": "0"})
+
+
+def test_sizes_are_powers_of_1024_with_kubernetes_suffixes_too():
+    from reaper import options
+
+    cfg = options.parse(["--memory-budget", "64M", "--memory-budget-total", "1.5Gi", "--", "true"],
+                        {"REAPER_STRAY_MAX_AGE": "3600"})
+    assert cfg.memory_budget == 64 << 20 and cfg.memory_budget_total == 3 << 29
+    assert cfg.stray_max_age == 3600 and cfg.budgets_enabled
+    assert [options.size(t) for t in ("1K", "1Ki", "2G", "2Gi", "4096")] == [1024, 1024, 2 << 30, 2 << 30, 4096]
+
+
+def test_watch_takes_the_memory_and_age_options():
+    from reaper import commands
+
+    os.environ.pop("REAPER_MEMORY_BUDGET", None)
+    cfg = commands._watch_config(["--memory-budget", "1G", "--stray-max-age", "60", "--metrics-port", "1"])
+    assert cfg.memory_budget == 1 << 30 and cfg.stray_max_age == 60
+
+
+# --- cgroup.stat: the dying-cgroup signal on cgroup v2 ----------------------------------
+
+NEWER_KERNEL_ROOT_STAT = """nr_descendants 412
+nr_subsys_cpu 198
+nr_subsys_io 198
+nr_subsys_memory 405
+nr_subsys_pids 405
+nr_subsys_hugetlb 1
+nr_dying_descendants 68213
+nr_dying_subsys_cpu 3
+nr_dying_subsys_io 3
+nr_dying_subsys_memory 68201
+nr_dying_subsys_pids 0
+nr_dying_subsys_hugetlb 0
+"""
+OLDER_KERNEL_ROOT_STAT = "nr_descendants 57\nnr_dying_descendants 4\n"
+
+
+def test_cgroup_stat_of_a_newer_kernel_is_parsed_exactly():
+    from reaper import nodestats
+
+    st = nodestats.parse_cgroup_stat(NEWER_KERNEL_ROOT_STAT, "/sys/fs/cgroup")
+    assert (st.live, st.dying) == (412, 68213)
+    assert st.subsys == {"cpu": 198, "io": 198, "memory": 405, "pids": 405, "hugetlb": 1}
+    assert st.dying_subsys == {"cpu": 3, "io": 3, "memory": 68201, "pids": 0, "hugetlb": 0}
+    old = nodestats.parse_cgroup_stat(OLDER_KERNEL_ROOT_STAT)
+    assert (old.live, old.dying, old.subsys, old.dying_subsys) == (57, 4, {}, {})
+    assert nodestats.parse_cgroup_stat("garbage\nnr_descendants x\n") is None
+
+
+def _v2_root() -> "str | None":
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            if right.split()[0] == "cgroup2" and left.split()[3] == "/":
+                return left.split()[4]
+    return None
+
+
+def test_cgroup_stat_on_this_machines_v2_hierarchy(tmp_path):
+    from reaper import nodestats
+
+    root = _v2_root()
+    if root is None:
+        pytest.skip("no cgroup v2 hierarchy mounted on this machine")
+    made = Path(root) / f"reaper-test-{bh.marker()}"
+    made.mkdir()                             # one more live descendant, while it exists
+    try:
+        (made / "a").mkdir()
+
+        def agree():
+            text = (Path(root) / "cgroup.stat").read_text()
+            st = nodestats.cgroup_stat()
+            want = nodestats.parse_cgroup_stat(text)
+            return st if st is not None and want is not None and \
+                (st.live, st.dying) == (want.live, want.dying) else None
+        st = wait_for(agree, 10, what="cgroup.stat to hold still")
+        assert st.path == root and st.live >= 2
+        for key in ("nr_descendants", "nr_dying_descendants"):
+            assert key in (Path(root) / "cgroup.stat").read_text()
+    finally:
+        (made / "a").rmdir()
+        made.rmdir()
+
+
+# --- leave no cgroup behind ------------------------------------------------------------
+
+def _memory_base(pid: int) -> str:
+    path = wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(memory_cgroup(pid)), 20,
+                    what=f"process {pid} in a stray memory cgroup")
+    return "/sys/fs/cgroup/memory" + path.rsplit("/", 1)[0]
+
+
+@needs_v1_memory
+def test_stale_stray_cgroups_are_removed_at_start_and_a_live_reapers_kept(reaper, namespace):
+    """Two reapers, each PID 1 of its own namespace (so both have pid 1): one is killed
+    with SIGKILL and leaves its cgroup behind, one lives on. A third one starting
+    removes the first one's only."""
+    args = ["-v", "--memory-budget", "1G", "--budget-action", "throttle", *FAST]
+    live_tag, dead_tag = bh.marker(), bh.marker()
+    live = reaper([*args, "--", "sh", "-c", f"( {SLEEPER} {live_tag} & ); exec sleep 600"])
+    dead = reaper([*args, "--", "sh", "-c", f"( {SLEEPER} {dead_tag} & ); exec sleep 600"])
+    from conftest import pids_with_arg
+
+    (live_stray,) = wait_for(lambda: pids_with_arg(live_tag), 20, what="the live reaper's stray")
+    (dead_stray,) = wait_for(lambda: pids_with_arg(dead_tag), 20, what="the dead reaper's stray")
+    live_base, dead_base = _memory_base(live_stray), _memory_base(dead_stray)
+    os.kill(dead.pid, signal.SIGKILL)          # PID 1 of its namespace: everything in it dies
+    wait_for(lambda: not alive(dead_stray), 20, what="the killed reaper's namespace to end")
+    assert os.path.isdir(dead_base)            # left behind: that is the pattern
+    third = reaper(["-v", "--stray-max-age", "600", "--budget-interval", "0.3", "--", "sleep", "600"])
+    wait_for(lambda: not os.path.exists(dead_base), 20, what=f"{dead_base} to be removed")
+    assert os.path.isdir(live_base) and "reaper-strays." in memory_cgroup(live_stray)
+    for r in (live, third):
+        r.send(signal.SIGTERM)
+        r.wait()
+    assert "left by reapers that are gone" in third.stderr and dead_base in third.stderr, third.stderr
+    assert live_base not in third.stderr
+    assert not os.path.exists(live_base)       # removed by its own reaper at exit
+
+
+@needs_v1_memory
+def test_at_exit_with_no_drain_strays_are_moved_back_and_resumed(reaper, tmp_path):
+    """A subreaper (not PID 1: its strays outlive it) with --no-drain: its capped strays
+    leave its cpu and memory cgroups, run again, and every cgroup it made is gone."""
+    tag, go = bh.marker(), tmp_path / "go"
+    r = reaper(["-v", "--no-drain", "--cpu-budget", "0.1", "--memory-budget", "1G", "--budget-action", "throttle",
+                *FAST, "--budget-window", "1", "--", "sh", "-c",
+                f"( {bh.busy_argv(tag)} >/dev/null 2>&1 & ); while [ ! -e {go} ]; do sleep 0.05; done"], pid1=False)
+    (pid,) = bh.wait_tagged(tag)
+    try:
+        wait_for(lambda: "reaper-strays." in bh.cpu_cgroup(pid) and "reaper-strays." in memory_cgroup(pid), 30,
+                 what="the stray capped in both cgroups")
+        cpu_base = "/sys/fs/cgroup/cpu" + bh.cpu_cgroup(pid).rsplit("/", 1)[0]
+        mem_base = _memory_base(pid)
+        go.touch()
+        assert r.wait() == 0
+        assert "reaper-strays." not in bh.cpu_cgroup(pid) and "reaper-strays." not in memory_cgroup(pid)
+        assert not os.path.exists(cpu_base) and not os.path.exists(mem_base)
+        assert "T" not in bh.states_for([pid], 0.5)
+        c0 = bh.stat(pid)["cpu"]
+        wait_for(lambda: bh.stat(pid)["cpu"] - c0 > 0.3, 20, what="the stray to run uncapped")
+    finally:
+        os.kill(pid, signal.SIGKILL)

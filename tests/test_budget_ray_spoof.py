@@ -1,0 +1,61 @@
+"""Ray's own processes are told by their executable and script, never by a name: a
+stray renamed raylet or gcs_server (prctl), a plain child below a process renamed
+raylet, and a busy loop started with `exec -a "/usr/bin/python ray/_private/x.py"`
+are all strays, held to their budget like any other. (The real raylet and workers
+stay Ray's own: tests/test_budget_ray.py.)"""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import budget_helpers as bh
+from conftest import PYTHON, wait_for
+
+pytestmark = pytest.mark.xdist_group("cpu-heavy")
+
+BUSY = "import time\nwhile True:\n    t = time.monotonic() + 0.025\n    while time.monotonic() < t: pass\n    time.sleep(0.025)\n"
+RENAMED = ("import ctypes, sys\n"
+           "ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0)\n"     # PR_SET_NAME
+           "for t in __import__('os').listdir('/proc/self/task'):\n"            # every thread, as the kernel shows
+           "    open(f'/proc/self/task/{t}/comm', 'w').write(sys.argv[1])\n") + BUSY
+# A process renamed raylet that starts a busy child, as the raylet starts its workers.
+FAKE_RAYLET = ("import ctypes, subprocess, sys, time\n"
+               "ctypes.CDLL(None).prctl(15, b'raylet', 0, 0, 0)\n"
+               f"subprocess.Popen([sys.executable, '-c', {BUSY!r}, sys.argv[1] + '-kid'])\n"
+               "time.sleep(600)\n")
+
+
+def _q(code: str) -> str:
+    return code.replace("'", "'\\''")
+
+
+def test_renamed_and_spoofed_processes_are_strays(reaper, tmp_path):
+    tags = {name: bh.marker() for name in ("raylet", "gcs_server", "child", "exec_a")}
+    cmds = [f"{PYTHON} -c '{_q(RENAMED)}' raylet {tags['raylet']}",
+            f"{PYTHON} -c '{_q(RENAMED)}' gcs_server {tags['gcs_server']}",
+            f"{PYTHON} -c '{_q(FAKE_RAYLET)}' {tags['child']}",
+            f"bash -c 'exec -a \"/usr/bin/python ray/_private/x.py\" {PYTHON} -c \"{BUSY}\" {tags['exec_a']}'"]
+    r = reaper(["--cpu-budget", "0.05", "--budget-action", "nice", "--budget-grace", "0", "--budget-window", "1",
+                "--budget-interval", "0.3", "--", *bh.orphans_then_sleep(*cmds)])
+    want = {**tags, "child": tags["child"] + "-kid"}
+    pids = {name: wait_for(lambda t=tag: bh.pids_tagged(t) or None, 20, what=name)[0] for name, tag in want.items()}
+    def comm(pid):
+        return open(f"/proc/{pid}/comm").read().strip()
+    wait_for(lambda: comm(pids["raylet"]) == "raylet" and comm(pids["gcs_server"]) == "gcs_server"
+             and comm(bh.stat(pids["child"])["ppid"]) == "raylet", 20, what="the renames")
+    assert open(f"/proc/{pids['exec_a']}/cmdline").read().startswith("/usr/bin/python ray/_private/x.py\0")
+    for name, pid in pids.items():
+        wait_for(lambda p=pid: os.sched_getscheduler(p) == os.SCHED_IDLE and bh.stat(p)["nice"] == 19, 30, 0.05,
+                 what=f"the {name} spoof to be niced as a stray")
+    r.send(signal.SIGTERM)
+    r.wait()
+
+
+def test_the_detector_itself_on_spoofs_and_on_this_python():
+    from reaper.budgets.ray import RayProcesses
+
+    ray = RayProcesses()
+    me = os.getpid()
+    assert ray.kind(me, bh.stat(me)["start"]) is None      # pytest: a Python interpreter, not Ray's script
