@@ -115,7 +115,7 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         waiter = _native.Waiter(sfd, _native.REAP_LATENCY_BUCKETS)
         # Orphans are counted in C, unless each one must be seen (-w, debug log).
         # Not PID 1, the main child's stops are seen too (job control follows them).
-        waiter.watch(main_pid, cfg.warn_on_reap or log.enabled(3), bool(main_pid) and os.getpid() != 1)
+        waiter.watch(main_pid, cfg.warn_on_reap or cfg.verbosity >= 3, bool(main_pid) and os.getpid() != 1)
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
         first = first_error = None
@@ -128,8 +128,13 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
             except OSError as e:             # said and retried by the Supervisor's loop
                 first_error = e
             if first is not None and _nothing_left(cfg, waiter, main_pid, first):
-                log.close()
+                if log is not None:
+                    log.close()
                 return exit_status(cfg, waiter.spec.watch_status)
+        if log is None:            # nothing before the spawn needed it: made here, inside the boundary
+            from reaper.log import Log
+
+            log = policy.log = Log(cfg.verbosity)
         from reaper.stats import Stats
         from reaper.supervisor import Supervisor
 
@@ -143,21 +148,18 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         status = sup.run(main_pid, first)
     except BaseException as e:     # the Supervisor's own Python failed: the core goes on
         status = _fall_back(e, cfg, log, sfd, waiter, main_pid, sup)
+        if log is None:            # not even the log could be loaded: the status is all there is
+            return status
         policy.close()
-    if stats is None:              # failed before the statistics existed: a summary still
-        stats = policy.call("summary", _empty_stats, waiter)
-    if stats is not None:
-        policy.call("summary", _summarise, cfg, stats, log)
+    policy.call("summary", _summarise, cfg, stats, waiter, log)
     log.close()
     return status
 
 
-def _empty_stats(waiter):
-    from reaper.stats import Stats
+def _summarise(cfg, stats, waiter, log) -> None:
+    from reaper import summary     # inside the boundary, at the end: not on the way to the exec
 
-    stats = Stats()
-    stats.native = None if waiter is None else waiter.totals
-    return stats
+    summary.write(cfg, stats, waiter, log)
 
 
 def _may_end_early(cfg, log, stats) -> bool:
@@ -165,7 +167,7 @@ def _may_end_early(cfg, log, stats) -> bool:
     at the end but the exit status (no metrics, budgets or summary file; the
     summary line shows only news, and there can be none)."""
     return (stats is None and not cfg.budgets_enabled and not cfg.summary_file and
-            not cfg.warn_on_reap and not log.enabled(2) and not log.dropped)
+            not cfg.warn_on_reap and cfg.verbosity < 2 and (log is None or not log.dropped))
 
 
 def _nothing_left(cfg, waiter, main_pid: int, first) -> bool:
@@ -350,38 +352,3 @@ def own_children() -> list:
             return [int(p) for p in f.read().split()]
     except (OSError, ValueError):
         return []
-
-
-# --- the summary -------------------------------------------------------------------
-
-def news(summary: dict) -> bool:
-    """True when reaper did something beyond passing the child through: reaped an
-    orphan, drained a process, acted on a budget, switched a piece off, lost a line,
-    restarted or gave up a service."""
-    return bool(summary["orphans"] or any(summary["drain"].values()) or
-                any(summary["budget_actions"].values()) or summary["policy_errors"] or
-                summary.get("log_lines_dropped") or summary.get("service_failures") or
-                summary.get("service_starts", 0) > summary.get("services", 0))
-
-def _summarise(cfg, stats, log) -> None:
-    if not cfg.summary_file and not log.enabled(2) and not (log.enabled(1) and stats.news(log.dropped)):
-        return                  # nobody reads it: nothing is built on the way out
-    summary = stats.summary()
-    summary["log_lines_dropped"] = log.dropped
-    shown = news(summary)
-    import json
-
-    line = json.dumps(summary, sort_keys=True)
-    # On stderr: always with -v; at the default level only when there is news.
-    log.summary(f"summary {line}", shown)
-    if cfg.summary_file:
-        tmp = f"{cfg.summary_file}.tmp{os.getpid()}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, (line + "\n").encode())
-            finally:
-                os.close(fd)
-            os.replace(tmp, cfg.summary_file)
-        except OSError as e:
-            log.error(f"cannot write summary file {cfg.summary_file}: {e.strerror}")

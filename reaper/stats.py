@@ -107,12 +107,15 @@ class Stats:
     def news(self, log_lines_dropped: int) -> bool:
         """True when reaper did something beyond passing the child through: reaped an
         orphan, drained a process, acted on a budget, switched a piece off, lost a
-        line. Cheap: the exit path asks it before building any summary."""
+        line, restarted or gave up a service. What decides whether the summary line
+        is shown by default; cheap, so the exit path asks it before building one."""
         t = self.native
         orphans = any(k == "orphan" for k, _ in self._reaped) or (
             t is not None and (any(ffi.unpack(t.exited, 256)) or any(ffi.unpack(t.signaled, len(t.signaled)))))
+        svc = self._service_counts()
         return bool(orphans or any(self.drain.values()) or any(self.budget.actions.values()) or
-                    self.policy_errors or log_lines_dropped)
+                    self.policy_errors or log_lines_dropped or svc.get("service_failures") or
+                    svc.get("service_starts", 0) > svc.get("services", 0))
 
     @property
     def reaped_cpu_seconds(self) -> float:
