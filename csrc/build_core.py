@@ -46,6 +46,7 @@ ffi.cdef(
         int watch_status;
         int report_all;
         int report_stops;
+        int no_rusage;
         int self_pid;
         int forward_pid;
         int forward_group;

@@ -50,6 +50,7 @@ struct reaper_waitspec {
     int watch_status;     /* ...with its wait status: kept in C, so it survives any failure in Python */
     int report_all;       /* every reaped child is an event */
     int report_stops;     /* wait with WUNTRACED: a stop of watch_pid is an event, other stops are skipped */
+    int no_rusage;        /* reap without rusage: no CPU times (only the metrics read them) */
     int self_pid;         /* reaper's pid: signals it raised itself are not forwarded */
     int forward_pid;      /* the main child; 0: forward nothing (cleared when it is reaped) */
     int forward_group;    /* signal its process group, or the child if the group is gone */

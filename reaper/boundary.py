@@ -116,6 +116,9 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         # Orphans are counted in C, unless each one must be seen (-w, debug log).
         # Not PID 1, the main child's stops are seen too (job control follows them).
         waiter.watch(main_pid, cfg.warn_on_reap or cfg.verbosity >= 3, bool(main_pid) and os.getpid() != 1)
+        # The CPU times of reaped children feed only the metrics (stats exists before
+        # the spawn only with metrics): without them the C core reaps without rusage.
+        waiter.spec.no_rusage = int(stats is None)
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
         first = first_error = None
