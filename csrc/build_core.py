@@ -38,6 +38,7 @@ ffi.cdef(
         uint64_t latency[...];
         int64_t latency_sum_ns;
         int64_t cpu_us;
+        uint64_t reaped;
     };
 
     struct reaper_waitspec {
@@ -58,7 +59,12 @@ ffi.cdef(
         int report_pids[...];
         int npoll;
         int poll_fds[...];
+        int quiet_end;
+        unsigned char zero_codes[256];
     };
+
+    #define REAPER_END_IF_ALONE ...
+    #define REAPER_END_NO_DRAIN ...
 
     struct reaper_spawn_extra {
         char *const *envp;
@@ -73,6 +79,7 @@ ffi.cdef(
                      const struct reaper_spawn_extra *extra, int *exec_errno);
     int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                     struct reaper_event *events, int cap, int *state);
+    int reaper_scope_is_empty(int no_children, int main_group);
     int reaper_set_subreaper(void);
     int reaper_set_pdeathsig(int signo);
     """

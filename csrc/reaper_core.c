@@ -361,6 +361,7 @@ static void count_reaped(struct reaper_waitspec *spec, int status, const struct 
     struct reaper_totals *t = &spec->totals;
     int b = 0;
 
+    t->reaped++;
     if (WIFSIGNALED(status) && WTERMSIG(status) <= REAPER_MAX_SIGNAL)
         t->signaled[WTERMSIG(status)]++;
     else if (WIFEXITED(status))
@@ -448,6 +449,41 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
     }
 }
 
+/* 1 only if the drain has nothing to stop, found without reading /proc: as
+ * PID 1, no other process in the namespace (orphans, a `kubectl exec`); else
+ * no child (so no descendant) and nothing left in the main child's group.
+ * 0 when unsure. Signal 0 is a check: nothing is sent. kill(-1) only as PID 1,
+ * where it means this namespace and nothing beyond. */
+int reaper_scope_is_empty(int no_children, int main_group)
+{
+    int r;
+    if (getpid() == 1)
+        r = kill(-1, 0);
+    else if (!no_children)
+        return 0;
+    else if (main_group > 0)
+        r = kill(-main_group, 0);
+    else
+        return 1;
+    return r < 0 && errno == ESRCH;
+}
+
+/* The quiet end (reaper_waitspec.quiet_end): after a long sleep every bytecode
+ * the interpreter runs is slow (cold caches), so the common end, the main
+ * child's exit and nothing else, is taken here, as a C init would. */
+static void end_if_quiet(const struct reaper_waitspec *spec, const struct reaper_event *events, int n, int state)
+{
+    if (!spec->quiet_end || !spec->watch_reaped || n != 1 || events[0].kind != REAPER_EV_EXIT ||
+        events[0].pid != spec->watch_pid || (state & REAPER_WAIT_MORE) || spec->totals.reaped)
+        return;
+    if (spec->quiet_end == REAPER_END_IF_ALONE &&
+        !reaper_scope_is_empty(state & REAPER_WAIT_NO_CHILDREN, spec->watch_pid))
+        return;
+    int s = spec->watch_status;
+    int code = WIFSIGNALED(s) ? 128 + WTERMSIG(s) : WEXITSTATUS(s);
+    _exit(spec->zero_codes[code & 0xff] ? 0 : code);
+}
+
 /* poll()'s timeout for what is left until deadline (-1: none). */
 static int remaining_ms(int64_t deadline, int timeout_ms)
 {
@@ -491,6 +527,7 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
         reap_children(spec, events, cap, &n, woke, state);
         if (n == cap)
             *state |= REAPER_WAIT_MORE;
+        end_if_quiet(spec, events, n, *state);
         /* Orphans reaped silently (counted in the totals) give Python nothing to
          * do: wait again here rather than return. In a storm of orphan deaths the
          * interpreter then stays off the path between one SIGCHLD and the next,

@@ -35,6 +35,7 @@ struct reaper_totals {
     uint64_t latency[REAPER_LATENCY_BOUNDS + 1]; /* wake-up to reap, per bucket; last is +Inf */
     int64_t latency_sum_ns;
     int64_t cpu_us;                              /* user + system */
+    uint64_t reaped;                             /* all of them: one number to test */
 };
 
 /* In reaper_waitspec.forward[]: forward only a signal another process sent
@@ -64,7 +65,18 @@ struct reaper_waitspec {
     int report_pids[REAPER_MAX_EXTRA];
     int npoll;
     int poll_fds[REAPER_MAX_EXTRA];
+    /* The quiet end, armed from Python before each wait while nothing is asked of
+     * the end but the exit status (no metrics, budgets, summary, news): when a
+     * wait's only event is the main child's exit, no orphan was ever reaped and
+     * (REAPER_END_IF_ALONE) nothing is left to drain, reaper_wait exits the
+     * process itself with the status, 0 where zero_codes says so (-e). */
+    int quiet_end;
+    unsigned char zero_codes[256];
 };
+
+/* reaper_waitspec.quiet_end */
+#define REAPER_END_IF_ALONE 1     /* ...and scope_is_empty() */
+#define REAPER_END_NO_DRAIN 2     /* --no-drain: whatever is left */
 
 /* Flags for reaper_wait()'s *state output. */
 #define REAPER_WAIT_NO_CHILDREN 1 /* waitpid said ECHILD: nothing left to reap */
@@ -85,6 +97,7 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid
                  const struct reaper_spawn_extra *extra, int *exec_errno);
 int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                 struct reaper_event *events, int cap, int *state);
+int reaper_scope_is_empty(int no_children, int main_group);
 int reaper_set_subreaper(void);
 int reaper_set_pdeathsig(int signo);
 

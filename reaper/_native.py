@@ -134,6 +134,18 @@ class Waiter:
     def stop_forwarding(self) -> None:
         self.spec.forward_pid = 0
 
+    def zero_codes(self, codes) -> None:
+        """The main child's exit codes that the quiet end turns into 0 (-e)."""
+        for code in codes:
+            if 0 <= code < 256:
+                self.spec.zero_codes[code] = 1
+
+    def quiet_end(self, armed: bool, no_drain: bool = False) -> None:
+        """Arms the quiet end for the next waits (struct reaper_waitspec): the main
+        child's exit alone, with no orphan ever reaped and (unless no_drain)
+        nothing left to drain, makes the wait exit the process with its status."""
+        self.spec.quiet_end = 0 if not armed else lib.REAPER_END_NO_DRAIN if no_drain else lib.REAPER_END_IF_ALONE
+
     def wait(self, timeout_ms: int) -> tuple:
         """Returns (events, no_children, more). timeout_ms -1 waits forever.
 
@@ -147,6 +159,13 @@ class Waiter:
         state = self._state[0]
         self.fds_ready = bool(state & lib.REAPER_WAIT_FDS)
         return events, bool(state & lib.REAPER_WAIT_NO_CHILDREN), bool(state & lib.REAPER_WAIT_MORE)
+
+
+def scope_is_empty(no_children: bool, main_group: int) -> bool:
+    """True only if the drain has nothing to stop, found without reading /proc (as
+    PID 1: nobody else in the namespace; else no child and the main child's group
+    gone). False when unsure."""
+    return bool(lib.reaper_scope_is_empty(int(no_children), int(main_group)))
 
 
 def set_subreaper() -> None:

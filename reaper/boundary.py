@@ -17,8 +17,9 @@ From the spawn on, supervise() runs everything, in three layers:
 Policy pieces (composed in reaper/pieces.py), in start order: services,
 statistics, hygiene (cwd, inherited fds), title, oom, metrics, budgets; then
 the summary at the end. With nothing asked of the end (no metrics, budgets or
-summary file), the first wait comes before any piece is loaded, and a child
-that is done at once leaves reaper with nothing to load. Logging never blocks or floods
+summary file), the first wait comes before any piece is loaded, and the C core's
+quiet end is armed: while there is nothing to say, the main child's exit with
+nothing left ends reaper inside the C wait, with its status. Logging never blocks or floods
 (reaper/log.py), so no piece can stop the loop by writing to stderr.
 """
 from __future__ import annotations
@@ -122,18 +123,21 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
         first = first_error = None
-        if main_pid and _may_end_early(cfg, log, stats):
+        # The quiet end: while nothing is asked of the end but the exit status, the
+        # C core's wait itself exits with it when the main child's exit is all
+        # there is (no orphan, nothing left to drain). The Supervisor re-arms it
+        # before each wait, for as long as there is still nothing to say.
+        quiet_end = bool(main_pid) and _may_end_early(cfg, log, stats)
+        waiter.zero_codes(cfg.remap_exit)
+        waiter.quiet_end(quiet_end and (log is None or not log.pending()), cfg.no_drain)
+        if quiet_end:
             # The first wait comes before the policy is loaded: a child that is done
-            # at once (`reaper -- true`, a failing entrypoint) is seen at once, and
-            # if it left nothing behind reaper exits without loading anything more.
+            # at once (`reaper -- true`, a failing entrypoint) and left nothing
+            # behind ends reaper in that wait, before anything more is loaded.
             try:
                 first = waiter.wait(FIRST_WAIT_MS)
             except OSError as e:             # said and retried by the Supervisor's loop
                 first_error = e
-            if first is not None and _nothing_left(cfg, waiter, main_pid, first):
-                if log is not None:
-                    log.close()
-                return exit_status(cfg, waiter.spec.watch_status)
         if log is None:            # nothing before the spawn needed it: made here, inside the boundary
             from reaper.log import Log
 
@@ -145,6 +149,7 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
             stats = policy.stats = Stats()
         stats.native = waiter.totals
         sup = Supervisor(cfg, log, stats, waiter, policy)
+        sup.quiet_end = quiet_end
         if first_error is not None:
             sup.wait_failed(first_error)
         start_policy(policy, sup)
@@ -160,54 +165,30 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
 
 
 def _summarise(cfg, stats, waiter, log) -> None:
+    if stats is None:           # the Supervisor failed before the statistics existed: a summary still
+        from reaper.stats import Stats
+
+        stats = Stats()
+        stats.native = None if waiter is None else waiter.totals
+    if not cfg.summary_file and not log.enabled(2) and not (log.enabled(1) and stats.news(log.dropped)):
+        return                  # nobody reads it: nothing is loaded or built on the way out
     from reaper import summary     # inside the boundary, at the end: not on the way to the exec
 
-    summary.write(cfg, stats, waiter, log)
+    summary.write(cfg, stats, log)
 
 
 def _may_end_early(cfg, log, stats) -> bool:
-    """Whether a run may end before the policy is loaded: nothing is asked of it
-    at the end but the exit status (no metrics, budgets or summary file; the
-    summary line shows only news, and there can be none)."""
+    """Whether a run may end quietly (the C core's quiet end, before or after the
+    policy is loaded): nothing is asked of it at the end but the exit status (no
+    metrics, budgets or summary file; the summary line shows only news, and there
+    can be none)."""
     return (stats is None and not cfg.budgets_enabled and not cfg.summary_file and
             not cfg.warn_on_reap and cfg.verbosity < 2 and (log is None or not log.dropped))
 
 
-def _nothing_left(cfg, waiter, main_pid: int, first) -> bool:
-    """True when the first wait reaped the main child and nothing else happened:
-    no signal, no orphan, and nothing left in the drain's scope (so the drain and
-    the summary would have nothing to say)."""
-    events, no_children, more = first
-    spec = waiter.spec
-    if not spec.watch_reaped or more or len(events) != 1 or events[0].pid != main_pid:
-        return False
-    t = waiter.totals
-    if any(t.exited) or any(t.signaled):          # orphans reaped: news for the summary
-        return False
-    return cfg.no_drain or scope_is_empty(no_children, main_pid)
-
-
-def scope_is_empty(no_children: bool, main_group: int) -> bool:
-    """True only if the drain has nothing to stop, found without reading /proc:
-    as PID 1, no other process in the namespace; else no child (so no descendant)
-    and nothing left in the main child's group. False when unsure."""
-    try:   # signal 0: a check, nothing is sent
-        if os.getpid() == 1:
-            os.kill(-1, 0)       # anyone else in the namespace (orphans, a `kubectl exec`)?
-        elif not no_children:
-            return False
-        elif main_group:
-            os.kill(-main_group, 0)
-        else:
-            return True
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
 def _fall_back(e: BaseException, cfg, log, sfd: int, waiter, main_pid: int, sup) -> int:
+    if waiter is not None:
+        waiter.quiet_end(False)          # a failure is news: the summary says so
     _say(log, f"reaper's supervisor failed ({e!r}): going on with the minimal loop "
               "(reap, forward, drain; no metrics or budgets)")
     deadline = getattr(sup, "deadline", None)

@@ -157,6 +157,11 @@ class Log:
         when there is news; nothing with -q."""
         self._emit(WARN if news else INFO, msg, label=INFO)
 
+    def pending(self) -> bool:
+        """Whether the end has something of the log's to say: a lost line, or
+        repeats counted but not yet printed (close() prints them)."""
+        return bool(self.dropped) or any(r[1] for r in self._repeats.values())
+
     def enabled(self, level: int) -> bool:
         return level <= self.verbosity
 

@@ -110,8 +110,7 @@ class Stats:
         line, restarted or gave up a service. What decides whether the summary line
         is shown by default; cheap, so the exit path asks it before building one."""
         t = self.native
-        orphans = any(k == "orphan" for k, _ in self._reaped) or (
-            t is not None and (any(ffi.unpack(t.exited, 256)) or any(ffi.unpack(t.signaled, len(t.signaled)))))
+        orphans = any(k == "orphan" for k, _ in self._reaped) or (t is not None and t.reaped)
         svc = self._service_counts()
         return bool(orphans or any(self.drain.values()) or any(self.budget.actions.values()) or
                     self.policy_errors or log_lines_dropped or svc.get("service_failures") or

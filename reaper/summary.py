@@ -4,14 +4,8 @@ the boundary (reaper/boundary.py), only when someone reads it."""
 import os
 
 
-def write(cfg, stats, waiter, log) -> None:
-    if stats is None:           # the boundary failed before the statistics existed: a summary still
-        from reaper.stats import Stats
-
-        stats = Stats()
-        stats.native = None if waiter is None else waiter.totals
-    if not cfg.summary_file and not log.enabled(2) and not (log.enabled(1) and stats.news(log.dropped)):
-        return                  # nobody reads it: nothing is built on the way out
+def write(cfg, stats, log) -> None:
+    """Called by the boundary only when the summary is read (boundary._summarise)."""
     import json
 
     summary = stats.summary()

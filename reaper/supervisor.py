@@ -16,8 +16,8 @@ import time
 import _signal as signal
 
 from reaper import signals
-from reaper._native import EV_EXIT, EV_SIGNAL, EV_STOP, ms_until
-from reaper.boundary import own_children, scope_is_empty
+from reaper._native import EV_EXIT, EV_SIGNAL, EV_STOP, ms_until, scope_is_empty
+from reaper.boundary import own_children
 from reaper.log import DEBUG, ERROR, INFO, Log
 from reaper.options import Config
 from reaper.stats import Stats, exit_code
@@ -84,6 +84,9 @@ class Supervisor:
         self.awaiting_main = False       # services run, the main child not yet
         self.fixed_status: "int | None" = None   # reaper's exit status, decided before any main child
         self.service_failure = False     # --on-service-failure stop: a service was given up
+        # Nothing is asked of the end but the exit status (boundary._may_end_early):
+        # the C core's quiet end stays armed while there is nothing to say.
+        self.quiet_end = False
 
     # --- the loop ---------------------------------------------------------
 
@@ -102,6 +105,8 @@ class Supervisor:
                 if first is not None:
                     (events, no_children, more), first = first, None
                 else:
+                    if self.quiet_end:
+                        self.waiter.quiet_end(self._nothing_to_say(), self.cfg.no_drain)
                     events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
             except OSError as e:
                 self.wait_failed(e)
@@ -122,6 +127,14 @@ class Supervisor:
             self.policy.tick(now)
             if self.phase != "running" and self._may_exit(no_children, now):
                 return self._finish()
+
+    def _nothing_to_say(self) -> bool:
+        """Whether the C core's quiet end may stay armed for the next wait: the
+        main child runs, and nothing yet happened that the end would report
+        (a policy error, a lost or pending log line, a stop that -e... turns into 0)."""
+        return self.main_pid is not None and self.phase == "running" and self.services is None and \
+            not self.stats.policy_errors and not self.log.pending() and \
+            not (self.cfg.exit_zero_on_stop and self.stop_forwarded)
 
     def _may_exit(self, no_children: bool, now: float) -> bool:
         if not self.cfg.no_drain:
@@ -202,7 +215,8 @@ class Supervisor:
     def _main_exited(self, status: int) -> None:
         pid, self.main_pid = self.main_pid, None     # the C core stopped forwarding to it
         self.policy.call("statistics", self._record_main, status)
-        self.log.info(f"main child {pid} ended: {self._describe(status)}")
+        if self.log.enabled(INFO):   # not even formatted on the way out unless shown
+            self.log.info(f"main child {pid} ended: {self._describe(status)}")
         self._begin_drain()
 
     def _record_main(self, status: int) -> None:

@@ -560,9 +560,7 @@ class Enforcer:
             return
         budget = cfg.memory_budget
         if budget is not None and t.rss >= budget:
-            self._once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {_size(t.rss)}, over "
-                                         f"--memory-budget {_size(budget)}, when found: it is terminated "
-                                         "when its grace is over, not capped", "warn")
+            self._over_when_found(t)
             return
         mc = self._memory_cgroup()
         if mc is None:
@@ -576,6 +574,18 @@ class Enforcer:
                 mc.set_total(room)
             leaf = mc.leaf(t.key, None if budget is None else budget - t.rss)
             t.handle.checked(lambda: mc.move(t.key[0], leaf))
+            held = self._held_outside(t, mc, leaf)
+            if held > t.rss:
+                # It grew between the sample and the move, charged where it was: the
+                # cgroups leave it only what its budgets still allow, if anything.
+                t.rss = held
+                if cfg.memory_budget_total is not None:
+                    self._try_limit(mc, mc.base, cfg.memory_budget_total - self._premoved() - held, total=True)
+                if budget is not None and (held >= budget or not self._try_limit(mc, leaf, budget - held)):
+                    t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
+                    mc.drop_leaf(leaf)
+                    self._over_when_found(t)
+                    return
         except Gone:
             if leaf is not None:
                 mc.drop_leaf(leaf)
@@ -590,6 +600,35 @@ class Enforcer:
         if t.action in ("none", "observe"):
             t.action = "throttle"
         self._count("throttle_memory_cgroup", "memory")
+
+    def _over_when_found(self, t: Tracked) -> None:
+        self._once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {_size(t.rss)}, over "
+                                     f"--memory-budget {_size(self.cfg.memory_budget)}, when found: it is "
+                                     "terminated when its grace is over, not capped", "warn")
+
+    @staticmethod
+    def _try_limit(mc: MemoryCgroup, d: str, limit: int, total: bool = False) -> bool:
+        try:
+            if limit <= 0:
+                return False
+            if total:
+                mc.set_total(limit)
+            else:
+                mc.set_limit(d, limit)
+            return True
+        except OSError:          # v1: EBUSY when more is charged there than the limit
+            return False
+
+    @staticmethod
+    def _held_outside(t: Tracked, mc: MemoryCgroup, leaf: str) -> int:
+        """What a stray just moved into leaf holds outside it (charged where it was):
+        the leaf's usage read first, so that growth between the two reads can only
+        make this larger, never let the stray past its budget."""
+        inside = mc.usage(leaf)
+        try:
+            return max(t.rss, t.handle.rss() - inside)
+        except (Gone, NotPermitted, OSError):    # gone: the next sample drops it
+            return t.rss
 
     def _enforce_memory(self, now: float) -> None:
         cfg = self.cfg

@@ -71,7 +71,7 @@ class MemoryCgroup:
 
     # --- limits ------------------------------------------------------------
 
-    def _set_limit(self, d: str, limit: Optional[int]) -> None:
+    def set_limit(self, d: str, limit: Optional[int]) -> None:
         if self.version == 2:
             write(os.path.join(d, "memory.max"), "max" if limit is None else str(limit))
             try:
@@ -98,7 +98,7 @@ class MemoryCgroup:
     def set_total(self, limit: Optional[int]) -> None:
         """The base's limit; OSError (EBUSY) when more is charged there already."""
         if limit != self.base_limit:
-            self._set_limit(self.base, limit)
+            self.set_limit(self.base, limit)
             self.base_limit = limit
 
     def usage(self, d: str) -> int:
@@ -115,7 +115,7 @@ class MemoryCgroup:
         except FileExistsError:
             pass
         try:
-            self._set_limit(d, limit)
+            self.set_limit(d, limit)
         except OSError:
             rmdir(d)
             raise
