@@ -409,6 +409,7 @@ def main(argv=None) -> int:
         soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     kept = copy.copy(s)
+    kept.reap_reps = 1 if args.quick else 3   # the reap row swings most: 3 x storm_reps samples
     kept.storm_orphans = min(s.storm_orphans, soft - 256) if soft != resource.RLIM_INFINITY else s.storm_orphans
 
     py = [args.python, "-I"]        # the same flags for the floor and reaper
