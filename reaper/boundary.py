@@ -128,8 +128,9 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         # there is (no orphan, nothing left to drain). The Supervisor re-arms it
         # before each wait, for as long as there is still nothing to say.
         quiet_end = bool(main_pid) and _may_end_early(cfg, log, stats)
+        armed = quiet_end and (log is None or not log.pending())
         waiter.zero_codes(cfg.remap_exit)
-        waiter.quiet_end(quiet_end and (log is None or not log.pending()), cfg.no_drain)
+        waiter.quiet_end(armed, cfg.no_drain)
         if quiet_end:
             # The first wait comes before the policy is loaded: a child that is done
             # at once (`reaper -- true`, a failing entrypoint) and left nothing
@@ -149,7 +150,7 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
             stats = policy.stats = Stats()
         stats.native = waiter.totals
         sup = Supervisor(cfg, log, stats, waiter, policy)
-        sup.quiet_end = quiet_end
+        sup.quiet_end = armed
         if first_error is not None:
             sup.wait_failed(first_error)
         start_policy(policy, sup)

@@ -84,8 +84,8 @@ class Supervisor:
         self.awaiting_main = False       # services run, the main child not yet
         self.fixed_status: "int | None" = None   # reaper's exit status, decided before any main child
         self.service_failure = False     # --on-service-failure stop: a service was given up
-        # Nothing is asked of the end but the exit status (boundary._may_end_early):
-        # the C core's quiet end stays armed while there is nothing to say.
+        # The C core's quiet end is armed (boundary.supervise): checked before each
+        # wait, and switched off at the first thing the end would have to say.
         self.quiet_end = False
 
     # --- the loop ---------------------------------------------------------
@@ -105,8 +105,9 @@ class Supervisor:
                 if first is not None:
                     (events, no_children, more), first = first, None
                 else:
-                    if self.quiet_end:
-                        self.waiter.quiet_end(self._nothing_to_say(), self.cfg.no_drain)
+                    if self.quiet_end and not self._nothing_to_say():
+                        self.quiet_end = False       # for good: what there is to say stays to be said
+                        self.waiter.quiet_end(False)
                     events, no_children, more = self.waiter.wait(0 if more else self._timeout_ms())
             except OSError as e:
                 self.wait_failed(e)
@@ -130,8 +131,9 @@ class Supervisor:
 
     def _nothing_to_say(self) -> bool:
         """Whether the C core's quiet end may stay armed for the next wait: the
-        main child runs, and nothing yet happened that the end would report
-        (a policy error, a lost or pending log line, a stop that -e... turns into 0)."""
+        main child runs, and nothing yet happened that the end would report (a
+        policy error, a lost or pending log line, a stop that --exit-zero-on-stop
+        turns into 0). Once False, the quiet end is off for the rest of the run."""
         return self.main_pid is not None and self.phase == "running" and self.services is None and \
             not self.stats.policy_errors and not self.log.pending() and \
             not (self.cfg.exit_zero_on_stop and self.stop_forwarded)

@@ -87,6 +87,18 @@ class Tracked:
         self.term_reason = "cpu"         # what its SIGTERM was for: cpu, memory, age
 
 
+def _try_limit(set_limit, limit: int) -> bool:
+    """set_limit(limit) if there is any room left; False if there is none or the
+    kernel refuses it (v1: EBUSY when more is charged there already)."""
+    if limit <= 0:
+        return False
+    try:
+        set_limit(limit)
+        return True
+    except OSError:
+        return False
+
+
 class Enforcer:
     name = "budget"
 
@@ -580,8 +592,8 @@ class Enforcer:
                 # cgroups leave it only what its budgets still allow, if anything.
                 t.rss = held
                 if cfg.memory_budget_total is not None:
-                    self._try_limit(mc, mc.base, cfg.memory_budget_total - self._premoved() - held, total=True)
-                if budget is not None and (held >= budget or not self._try_limit(mc, leaf, budget - held)):
+                    _try_limit(mc.set_total, cfg.memory_budget_total - self._premoved() - held)
+                if budget is not None and not _try_limit(lambda n: mc.set_limit(leaf, n), budget - held):
                     t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
                     mc.drop_leaf(leaf)
                     self._over_when_found(t)
@@ -605,19 +617,6 @@ class Enforcer:
         self._once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {_size(t.rss)}, over "
                                      f"--memory-budget {_size(self.cfg.memory_budget)}, when found: it is "
                                      "terminated when its grace is over, not capped", "warn")
-
-    @staticmethod
-    def _try_limit(mc: MemoryCgroup, d: str, limit: int, total: bool = False) -> bool:
-        try:
-            if limit <= 0:
-                return False
-            if total:
-                mc.set_total(limit)
-            else:
-                mc.set_limit(d, limit)
-            return True
-        except OSError:          # v1: EBUSY when more is charged there than the limit
-            return False
 
     @staticmethod
     def _held_outside(t: Tracked, mc: MemoryCgroup, leaf: str) -> int:
