@@ -48,6 +48,7 @@ from reaper.proctable import ProcTable
 
 LEVELS = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}
 RELEASE = 0.9          # a duty-cycled stray is let go below this share of its budget
+SLOW_SPEED = 0.25      # duty-cycling: the least speed (cores while let run) its control assumes
 
 
 class Tracked:
@@ -461,12 +462,16 @@ class Enforcer:
             else:
                 return
         # Duty-cycling. It must run target/demand of the time (demand: cores it
-        # uses while running), with demand taken as at least one core: a stray
-        # slowed by contention (it is SCHED_IDLE) shows a low demand, and when the
-        # contention ends it would run at full speed for most of each period until
-        # the window caught up. From there the fraction follows the CPU it actually
-        # used over the last sample (integral control, half the error each time), so
-        # late wake-ups and a slow idle-class start are made up without overshoot.
+        # uses while running). It starts with demand taken as at least one core: a
+        # stray slowed by contention (it is SCHED_IDLE) shows a low demand, and when
+        # the contention ends it would run at full speed for most of each period.
+        # From there the fraction follows the CPU it actually used over the last
+        # sample: half the error each time, in run time at the speed it ran at
+        # while let run over the window (its demand, at least SLOW_SPEED).
+        # Contention that starts mid-throttle (a busy neighbour of the idle class)
+        # is thus made up in a few samples rather than a window's worth; the
+        # window's speed, not the last sample's, keeps bursty contention from
+        # swinging it over the budget.
         target = min(x for x in (budget, share) if x is not None)
         want = target / max(t.demand or 1.0, 1.0)
         if not t.cycled:
@@ -478,8 +483,11 @@ class Enforcer:
             (t0, c0, _), (t1, c1, _) = t.hist[-2], t.hist[-1]
             if t1 > t0:
                 used = (c1 - c0) / (t1 - t0)
-                t.fraction += 0.5 * (target - used) / max(t.demand or 1.0, 1.0)
-        t.fraction = min(1.0, max(0.01, t.fraction))
+                t.fraction += 0.5 * (target - used) / max(t.demand or 1.0, SLOW_SPEED)
+        # Never more run time than a stray at SLOW_SPEED needs: one starved by busier
+        # work stays under its budget anyway, and when that work ends it runs at most
+        # target / SLOW_SPEED cores for one sample before the control catches it.
+        t.fraction = min(1.0, target / SLOW_SPEED, max(0.01, t.fraction))
         if self.log.enabled(3):
             self.log.debug(f"stray {t.key[0]}: uses {t.rate or 0:.3f}, demand {t.demand or 0:.3f}, "
                            f"target {target:.3f}: runs {t.fraction:.3f} of each period")
