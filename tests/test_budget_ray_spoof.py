@@ -1,7 +1,7 @@
 """Ray's own processes are told by their executable and script, never by a name: a
 stray renamed raylet or gcs_server (prctl), a plain child below a process renamed
-raylet, and a busy loop started with `exec -a "/usr/bin/python ray/_private/x.py"`
-are all strays, held to their budget like any other. (The real raylet and workers
+raylet, a busy loop started with `exec -a "/usr/bin/python ray/_private/x.py"` and
+a script named ray that reads like Ray's launcher but that no Ray installed are all strays, held to their budget like any other. (The real raylet and workers
 stay Ray's own: tests/test_budget_ray.py.)"""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import signal
 import pytest
 
 import budget_helpers as bh
-from conftest import PYTHON, wait_for
+from conftest import PYTHON, importable, pids_with_arg, require, wait_for
 
 pytestmark = pytest.mark.xdist_group("cpu-heavy")
 
@@ -31,16 +31,26 @@ def _q(code: str) -> str:
     return code.replace("'", "'\\''")
 
 
+def _fake_launcher(d) -> str:
+    """A file named ray with the shebang and the import line of pip's console script."""
+    path = d / "ray"
+    path.write_text(f"#!{PYTHON}\nimport sys\nif 0:\n    from ray.scripts.scripts import main\n" + BUSY)
+    return str(path)
+
+
 def test_renamed_and_spoofed_processes_are_strays(reaper, tmp_path):
-    tags = {name: bh.marker() for name in ("raylet", "gcs_server", "child", "exec_a")}
+    tags = {name: bh.marker() for name in ("raylet", "gcs_server", "child", "exec_a", "launcher")}
     cmds = [f"{PYTHON} -c '{_q(RENAMED)}' raylet {tags['raylet']}",
             f"{PYTHON} -c '{_q(RENAMED)}' gcs_server {tags['gcs_server']}",
             f"{PYTHON} -c '{_q(FAKE_RAYLET)}' {tags['child']}",
-            f"bash -c 'exec -a \"/usr/bin/python ray/_private/x.py\" {PYTHON} -c \"{BUSY}\" {tags['exec_a']}'"]
+            f"bash -c 'exec -a \"/usr/bin/python ray/_private/x.py\" {PYTHON} -c \"{BUSY}\" {tags['exec_a']}'",
+            f"{PYTHON} {_fake_launcher(tmp_path)} {tags['launcher']}"]
     r = reaper(["--cpu-budget", "0.05", "--budget-action", "nice", "--budget-grace", "0", "--budget-window", "1",
                 "--budget-interval", "0.3", "--", *bh.orphans_then_sleep(*cmds)])
     want = {**tags, "child": tags["child"] + "-kid"}
-    pids = {name: wait_for(lambda t=tag: bh.pids_tagged(t) or None, 20, what=name)[0] for name, tag in want.items()}
+    def find(name, tag):       # the launcher runs a script, not -c
+        return pids_with_arg(tag, last=True) if name == "launcher" else bh.pids_tagged(tag)
+    pids = {name: wait_for(lambda n=name, t=tag: find(n, t) or None, 20, what=name)[0] for name, tag in want.items()}
     def comm(pid):
         return open(f"/proc/{pid}/comm").read().strip()
     wait_for(lambda: comm(pids["raylet"]) == "raylet" and comm(pids["gcs_server"]) == "gcs_server"
@@ -59,3 +69,34 @@ def test_the_detector_itself_on_spoofs_and_on_this_python():
     ray = RayProcesses()
     me = os.getpid()
     assert ray.kind(me, bh.stat(me)["start"]) is None      # pytest: a Python interpreter, not Ray's script
+
+
+@pytest.mark.ray
+def test_the_detector_knows_rays_own_launcher_and_not_a_copy(tmp_path):
+    """The console script pip installed with Ray (listed in its RECORD, same hash) is
+    `ray start`; the same text copied elsewhere, or one byte changed in place of it, is not."""
+    require("ray", importable("ray"), "pip install -e '.[test]'")
+    import importlib.metadata
+    import shutil
+    import subprocess
+    from reaper.budgets.ray import RayProcesses
+
+    dist = importlib.metadata.distribution("ray")
+    (real,) = [os.path.realpath(dist.locate_file(f)) for f in dist.files if str(f).endswith("bin/ray")]
+    copy = tmp_path / "bin" / "ray"
+    copy.parent.mkdir()
+    shutil.copy(real, copy)
+    ray = RayProcesses()
+    kinds = {}
+    for name, script in (("real", real), ("copy", str(copy))):
+        # Stopped as soon as it has exec'd: what is classified is the process, not what it does next.
+        p = subprocess.Popen([PYTHON, script, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: script.encode() in open(f"/proc/{p.pid}/cmdline", "rb").read(), 10, 0.001,
+                     what=f"the {name} launcher's exec")
+            os.kill(p.pid, signal.SIGSTOP)
+            kinds[name] = ray.kind(p.pid, bh.stat(p.pid)["start"])
+        finally:
+            p.kill()
+            p.wait()
+    assert kinds == {"real": "ray_start", "copy": None}, kinds

@@ -10,7 +10,9 @@ itself: the file it executes, never its comm or command line (prctl and
   real file inside an installed ray package, under _private/, autoscaler/,
   dashboard/ or util/client/;
 - ``ray start``: the interpreter runs Ray's ``ray`` launcher, the console script
-  that pip generates to call ray.scripts.scripts.
+  that pip generated when it installed an installed ray package: listed in that
+  distribution's RECORD and with the content RECORD hashes (a script of the same
+  name and text elsewhere is anybody's).
 
 An installed ray package is a ``ray`` directory with ``__init__.py`` and the
 compiled core ``_raylet.so`` that is either the one reaper's own interpreter would
@@ -26,6 +28,9 @@ asks again.
 """
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
 import os
 import re
 from typing import Optional
@@ -33,11 +38,16 @@ from typing import Optional
 RAYLET = "core/src/ray/raylet/raylet"
 GCS_SERVER = "core/src/ray/gcs/gcs_server"
 DAEMON_DIRS = ("_private/", "autoscaler/", "dashboard/", "util/client/")
-LAUNCHER_MARK = b"from ray.scripts.scripts import main"
+MAX_LAUNCHER = 1 << 16         # bytes: pip's console scripts are a few hundred
 PYTHON_EXE = re.compile(r"python(\d+(\.\d+)*)?[a-z]?$")
 # The interpreter's options that take a value (CPython's -W, -X, --check-hash-based-pycs).
 _TAKES_VALUE = ("W", "X")
 MAX_LINKS = 40
+
+
+def _record_hash(data: bytes) -> str:
+    """A file's hash as a wheel's RECORD writes it (PEP 376/427: urlsafe base64, no padding)."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def local_package() -> Optional[str]:
@@ -197,7 +207,7 @@ class RayProcesses:
         rel = self._in_package(root, script)
         if rel is not None:
             return "daemon" if rel.endswith(".py") and rel.startswith(DAEMON_DIRS) else None
-        if os.path.basename(script) == "ray" and self._is_launcher(root + script):
+        if os.path.basename(script) == "ray" and self._is_launcher(root, script, real_exe):
             return "ray_start"
         return None
 
@@ -254,11 +264,49 @@ class RayProcesses:
             out.append(self.local)
         return out
 
-    @staticmethod
-    def _is_launcher(path: str) -> bool:
-        try:
-            with open(path, "rb") as f:
-                head = f.read(4096)
-        except OSError:
-            return False
-        return head.startswith(b"#!") and LAUNCHER_MARK in head
+    def _is_launcher(self, root: str, script: str, exe: str) -> bool:
+        """script is the `ray` console script pip installed with a ray package: listed
+        in that distribution's RECORD, with the content RECORD hashes. The package is
+        one the interpreter would import or one beside the script (a virtualenv's bin/
+        runs the base interpreter, whose prefix is not the venv's)."""
+        for pkg in {*self._packages_for(root, exe), *self._packages_for(root, script)}:
+            want = self._launchers(root, os.path.dirname(pkg)).get(script)
+            if want is None:
+                continue
+            try:
+                with open(root + script, "rb") as f:
+                    data = f.read(MAX_LAUNCHER)
+            except OSError:
+                return False
+            if not data.startswith(b"#!"):
+                return False
+            return want == "" or want == _record_hash(data)
+        return False
+
+    def _launchers(self, root: str, site: str) -> dict:
+        """Files that the ray distributions in site install outside it (their console
+        scripts): resolved path -> RECORD's sha256 ('' where it gives none)."""
+        st = os.stat(root + "/")
+        key = (st.st_dev, st.st_ino, "launchers", site)
+        hit = self._packages.get(key)
+        if hit is None:
+            hit = {}
+            try:
+                names = [n for n in os.listdir(root + site) if n.startswith("ray-") and n.endswith(".dist-info")]
+            except OSError:
+                names = []
+            for n in names:
+                try:
+                    with open(f"{root}{site}/{n}/RECORD", encoding="utf-8", errors="replace") as f:
+                        rows = list(csv.reader(f))
+                except OSError:
+                    continue
+                for row in rows:
+                    if not row or not row[0].startswith("../") or os.path.basename(row[0]) != "ray":
+                        continue
+                    path = resolve_in(root, os.path.normpath(f"{site}/{row[0]}"))
+                    if path is not None:
+                        digest = row[1] if len(row) > 1 else ""
+                        hit[path] = digest[len("sha256="):] if digest.startswith("sha256=") else ""
+            self._packages[key] = hit
+        return hit
