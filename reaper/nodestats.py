@@ -301,10 +301,17 @@ def parse_cgroup_stat(text: str, path: str = "") -> "CgroupStat | None":
     return CgroupStat(path, values["nr_descendants"], values["nr_dying_descendants"], subsys, dying_subsys)
 
 
+def _depth(root: str) -> int:
+    """How far below this cgroup namespace's root a mount's root lies. Inside a private
+    cgroup namespace the host's hierarchy, mounted in, shows its root as /../..: above
+    ours, so it counts below zero (the highest wins, not the shortest path)."""
+    return sum(-1 if p == ".." else 1 for p in root.split("/") if p not in ("", "."))
+
+
 def cgroup_stat(proc: str = "/proc") -> "CgroupStat | None":
     """cgroup.stat at the top of the visible cgroup v2 hierarchy: a container's own
     subtree, the host's where the host's cgroupfs is mounted. None without one."""
-    v2 = sorted((m for m in cgroup_mounts(proc) if m.version == 2), key=lambda m: len(m.root.rstrip("/")))
+    v2 = sorted((m for m in cgroup_mounts(proc) if m.version == 2), key=lambda m: _depth(m.root))
     for m in v2:
         path = os.path.join(m.point, "cgroup.stat")
         try:

@@ -140,3 +140,22 @@ def test_pids_unavailable_is_reported(reaper, tmp_path):
     s = scrape(port)
     assert s.value("reaper_cgroup_pids_available") == 0
     assert s.value("reaper_cgroup_pids") is None
+
+
+def test_cgroup_stat_reads_the_highest_hierarchy_in_sight(tmp_path):
+    """A node-level pod in a private cgroup namespace with the host's cgroupfs mounted:
+    the container's own hierarchy has root /, the host's shows /../../.. (above it). The
+    host's counts are the ones read, whatever the order of the mounts."""
+    from reaper import nodestats
+
+    own, host = tmp_path / "own", tmp_path / "host"
+    own.mkdir(), host.mkdir()
+    (own / "cgroup.stat").write_text("nr_descendants 3\nnr_dying_descendants 0\n")
+    (host / "cgroup.stat").write_text("nr_descendants 412\nnr_dying_descendants 68213\n")
+    lines = {"own": f"30 25 0:27 / {own} rw,nosuid - cgroup2 cgroup2 rw",
+             "host": f"41 25 0:27 /../../.. {host} rw,nosuid - cgroup2 cgroup2 rw"}
+    for order in (("own", "host"), ("host", "own")):
+        (tmp_path / "self").mkdir(exist_ok=True)
+        (tmp_path / "self" / "mountinfo").write_text("".join(lines[k] + "\n" for k in order))
+        st = nodestats.cgroup_stat(str(tmp_path))
+        assert (st.path, st.live, st.dying) == (str(host), 412, 68213), order
