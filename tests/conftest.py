@@ -75,18 +75,31 @@ def descendants(root: int) -> list:
     return found
 
 
-def host_pid_of_watch(ns: subprocess.Popen) -> int:
-    """Host pid of the `reaper watch` running two levels below ns (unshare, its init)."""
-    def find():
-        for init in children_of(ns.pid):
-            for c in children_of(init):
-                try:
-                    if b"watch" in open(f"/proc/{c}/cmdline", "rb").read().split(b"\0"):
-                        return c
-                except OSError:
-                    pass
-        return None
-    return wait_for(find, 10, what="the watch process")
+def host_pid_below(root: int, ns_pid: int | None = None, arg: str | None = None, timeout: float = 10.0) -> int:
+    """Host pid of the one process below root (a namespace's unshare, a container's init)
+    that is ns_pid in its own PID namespace (NSpid's last field) and has arg among its
+    argv (either may be left out): the suite's one way to find, from the host, a
+    process started inside a namespace. Waits for exactly one to match (a fork not yet
+    exec'd shares its parent's argv for a moment)."""
+    assert ns_pid is not None or arg is not None, "say what the process is"
+    found = []
+
+    def in_ns(pid: int) -> bool:
+        try:
+            return int(proc_status(pid)["NSpid"].split()[-1]) == ns_pid
+        except OSError:
+            return False
+
+    def one():
+        pids = descendants(root)
+        if arg is not None:
+            pids = set(pids) & set(pids_with_arg(arg))
+        found[:] = [pid for pid in pids if ns_pid is None or in_ns(pid)]
+        return found[0] if len(found) == 1 else None
+    try:
+        return wait_for(one, timeout, 0.02, f"the process below {root} with ns pid {ns_pid}, argument {arg!r}")
+    except AssertionError as e:
+        raise AssertionError(f"{e} (matching: {found})") from None
 
 
 def proc_stat(pid: int) -> dict:
@@ -428,20 +441,34 @@ def one_line(stderr: bytes, prefix: str) -> str:
     return lines[0]
 
 
-def refused(tmp_path, args, *needles, env=None, user=None) -> str:
+def refused(tmp_path, args, *needles, env=None, user=None, pid1=False) -> str:
     """The rule for bad input: `reaper ARGS -- touch MARKER` exits 2 with one line naming
-    the problem (and the hint to --help), and the child never ran."""
+    the problem (and the hint to --help), and the child never ran. pid1: as a
+    namespace's PID 1; user: run by that uid."""
     marker = tmp_path / "child-ran"
-    cmd = [REAPER, *args, "--", "touch", str(marker)]
+    line = _refusal([REAPER, *args, "--", "touch", str(marker)], "reaper", needles, env, user, pid1)
+    assert not marker.exists(), "the child started on bad input"
+    return line
+
+
+def refused_sub(name, args, *needles, env=None, pid1=False) -> str:
+    """The same rule for `reaper NAME ARGS`, a subcommand that starts no child (stats,
+    watch): exit 2 and one line naming the problem and the hint to NAME's --help."""
+    return _refusal([REAPER, name, *args], f"reaper {name}", needles, env, None, pid1)
+
+
+def _refusal(cmd, who, needles, env, user, pid1) -> str:
     if user is not None:
+        check_user_can_run(user)
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    if pid1:
+        cmd = [*UNSHARE, *cmd]
     p = subprocess.run(cmd, env=clean_env(env), stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-    line = one_line(p.stderr, "reaper: ")
+    line = one_line(p.stderr, f"{who}: ")
     assert p.returncode == 2, line
-    assert line.endswith("(see 'reaper --help')"), line
+    assert line.endswith(f"(see '{who} --help')"), line
     for needle in needles:
         assert needle in line, line
-    assert not marker.exists(), "the child started on bad input"
     return line
 
 

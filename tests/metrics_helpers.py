@@ -27,11 +27,13 @@ def get(port: int, path: str = "/metrics", accept: str = "", timeout: float = 10
 
 def start_with_metrics(reaper, command: list, flags=(), **kw) -> tuple:
     """(reaper, port): the reaper fixture's reaper serving metrics on a port of this
-    test's own (loopback only), started with flags before COMMAND, once it answers."""
+    test's own (loopback only), started with flags before COMMAND, once it answers.
+    An empty command gives no `--` (pause mode, -P, takes none)."""
     from conftest import free_port
 
     port = free_port()
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", *flags, "--", *command], **kw)
+    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", *flags,
+                *(["--", *command] if command else [])], **kw)
     wait_healthy(port)
     return r, port
 

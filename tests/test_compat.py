@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, children_of, descendants, free_port, proc_status, py,
-                      run_reaper, summary, wait_for, wait_for_file)
+from conftest import (PYTHON, REAPER, UNSHARE, check_user_can_run, children_of, descendants, importable, proc_status,
+                      py, refused, require, run_reaper, summary, wait_for, wait_for_file)
+from metrics_helpers import start_with_metrics
 
 # A main child that leaves an orphan behind (news: the drain ends it).
 LEAVES_ORPHAN = ["sh", "-c", "sleep 30 & exit 0"]
@@ -442,10 +443,7 @@ def test_pause_as_a_subreaper_exits_0_on_sigint(reaper):
 
 
 def test_pause_serves_metrics_and_budgets(reaper):
-    port = free_port()
-    r = reaper(["-P", "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
-                "--cpu-budget", "0.5", "--budget-action", "observe"])
-    r.wait_ready()
+    r, port = start_with_metrics(reaper, [], flags=["-P", "--cpu-budget", "0.5", "--budget-action", "observe"])
     _ns_run(r.pid, ["sh", "-c", "(exit 3) &"])
 
     def scrape():
@@ -483,10 +481,8 @@ def test_pause_survives_a_supervisor_fault_in_the_minimal_loop(reaper, tmp_path)
     assert log.read_text().split() == ["ready", str(int(signal.SIGTERM))]
 
 
-def test_pause_takes_no_command():
-    p = _run(["-P", "--", "true"])
-    assert p.returncode == 2
-    assert p.stderr.startswith("reaper: --pause takes no command") and len(p.stderr.splitlines()) == 1
+def test_pause_takes_no_command(tmp_path):
+    refused(tmp_path, ["-P"], "--pause takes no command", pid1=True)
 
 
 # --- 7. LISTEN_PID (socket activation through an init) ---------------------------------------
@@ -518,9 +514,12 @@ def test_license_flag_prints_the_license(flag):
 
 # --- also found: the KubeRay example's ulimit never fails noisily -----------------------------
 
+@pytest.mark.yaml
 def test_kuberay_ulimit_falls_back_to_the_hard_limit_quietly():
     import resource
 
+    require("pyyaml", importable("yaml"), "pip install -e '.[test]'")
+    check_user_can_run(1000)
     import yaml
 
     manifest = Path(__file__).parents[1] / "docker" / "k8s" / "raycluster.yaml"

@@ -7,14 +7,12 @@ through the runtime's network, and a read-only /sys/fs/cgroup.
 """
 from __future__ import annotations
 
-import os
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from conftest import free_port, require, wait_for, wait_for_file
+from conftest import free_port, host_pid_below, proc_stat, require, wait_for, wait_for_file
 from container_helpers import Container, image_rootfs, missing_tools, out, run  # noqa: F401  (out: a fixture)
 from metrics_helpers import sample_map as _scrape
 
@@ -244,11 +242,6 @@ while True:
 """
 
 
-def _cpu_seconds(stat_path: Path) -> float:
-    fields = stat_path.read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_budgets_fall_back_to_the_unprivileged_path_on_a_read_only_cgroupfs(rootfs, out, containers):
     c = containers(rootfs, ["reaper", "-v", "--cpu-budget", "0.2", "--budget-action", "throttle", "--budget-grace", "0",
                             "--budget-window", "2", "--budget-interval", "0.25", "--", PY, "-c", BUSY_ORPHAN],
@@ -258,14 +251,15 @@ def test_budgets_fall_back_to_the_unprivileged_path_on_a_read_only_cgroupfs(root
     mounts = (out / "cgroup-mounts").read_text().split()
     if not (mounts and all(o.split(",")[0] == "ro" for o in mounts)):
         pytest.skip(f"this Podman mounts the cgroup filesystem writable ({mounts}): nothing to fall back from")
-    # The container's pid of the busy loop; find it from the host through its mount namespace.
+    # The container's pid of the busy loop; from the host, it is the one below the container's init
+    # with that pid in its namespace.
     inner = int((out / "busy-pid").read_text())
-    host_pid = wait_for(lambda: _host_pid(c.name, inner), timeout=10, what="the busy loop's host pid")
-    stat = Path(f"/proc/{host_pid}/stat")
+    host_pid = host_pid_below(wait_for(lambda: _container_init(c.name), timeout=10, what="the container's init"),
+                              ns_pid=inner)
     time.sleep(3)                     # past the first window: the throttle has settled
-    cpu0, t0 = _cpu_seconds(stat), time.monotonic()
+    cpu0, t0 = proc_stat(host_pid)["cpu"], time.monotonic()
     time.sleep(4)
-    share = (_cpu_seconds(stat) - cpu0) / (time.monotonic() - t0)
+    share = (proc_stat(host_pid)["cpu"] - cpu0) / (time.monotonic() - t0)
     c.stop(30)
     c.wait(30)
     assert share < 0.2 * 1.5, f"the stray used {share:.2f} cores with a budget of 0.2"
@@ -275,28 +269,10 @@ def test_budgets_fall_back_to_the_unprivileged_path_on_a_read_only_cgroupfs(root
     assert "read-only" in fallback[0], fallback[0]
 
 
-def _host_pid(name: str, inner: int):
+def _container_init(name: str):
+    """Host pid of the container's PID 1, as Podman reports it (None until it runs)."""
     import subprocess
 
     r = subprocess.run(["podman", "container", "inspect", "--format", "{{.State.Pid}}", name],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    if r.returncode != 0 or not r.stdout.strip():
-        return None
-    init = int(r.stdout)
-    # NSpid in /proc/PID/status: the pid in each namespace, outermost first.
-    stack, seen = [init], set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            continue
-        nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
-        if nspid and int(nspid[-1]) == inner:
-            return pid
-        stack.extend(int(c) for c in children)
-    return None
+    return int(r.stdout) if r.returncode == 0 and r.stdout.strip() not in (b"", b"0") else None

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, free_port, host_pid_of_watch, summary_file, wait_for, wait_for_file
+from conftest import (PYTHON, REAPER, UNSHARE, check_user_can_run, free_port, host_pid_below, summary_file, wait_for,
+                      wait_for_file)
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 import budget_helpers as bh
 
@@ -34,6 +35,7 @@ def _not_stopped(pids: list, seconds: float) -> None:
 
 
 def _harness(what: str, **kw) -> dict:
+    check_user_can_run(1000)         # the harness drops to uid 1000, then imports reaper's code
     out = subprocess.run([*UNSHARE, PYTHON, bh.__file__, what], capture_output=True, text=True,
                          timeout=60, **kw)
     assert out.returncode == 0, out.stderr
@@ -99,6 +101,7 @@ signal.pause()
 
 @pytest.mark.xdist_group("cpu-heavy")
 def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, tmp_path):
+    check_user_can_run(1000)         # INIT starts watch through setpriv: say so if uid 1000 cannot run it
     port = free_port()
     root_tag, mine_tag = bh.marker(), bh.marker()
     watch_args = ["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--cpu-budget", str(BUDGET),
@@ -112,7 +115,7 @@ def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, t
     wait_healthy(port)
     (root,) = wait_for(lambda: bh.pids_tagged(root_tag), 20, what="the root stray")
     (mine,) = wait_for(lambda: bh.pids_tagged(mine_tag), 20, what="uid 1000's stray")
-    watch = host_pid_of_watch(ns)
+    watch = host_pid_below(ns.pid, arg="watch")
     assert bh.proc_uid(root) == 0 and bh.proc_uid(mine) == 1000 and bh.proc_uid(watch) == 1000
 
     wait_for(lambda: bh.stat(mine)["state"] == "T", 30, what="uid 1000's stray stopped by duty-cycling")

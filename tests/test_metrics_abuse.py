@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, wait_for, wait_for_file
-from metrics_helpers import scrape, wait_healthy, write_script
+from conftest import wait_for, wait_for_file
+from metrics_helpers import scrape, start_with_metrics, write_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from abuse import STORM_CHILD, Abuse  # noqa: E402  (one copy for the test and the benchmark)
@@ -27,10 +27,7 @@ def _round(tmp_path, k: int) -> float:
 
 @pytest.mark.xdist_group("cpu-heavy")     # storms and abuse: not beside other heavy tests
 def test_reaping_goes_on_under_abuse(reaper, tmp_path):
-    port = free_port()
-    r = reaper(["--metrics-port", str(port), "--metrics-address", "127.0.0.1", "--",
-                *write_script(tmp_path, "storm.py", STORM_CHILD), str(tmp_path), str(N)])
-    wait_healthy(port)
+    r, port = start_with_metrics(reaper, [*write_script(tmp_path, "storm.py", STORM_CHILD), str(tmp_path), str(N)])
     k, quiet, abused = 0, [], []
     for _ in range(3):
         k += 1

@@ -5,7 +5,8 @@ import signal
 import subprocess
 
 
-from conftest import PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_of_watch, proc_stat, proc_status, wait_for_file
+from conftest import (PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_below, proc_stat, refused_sub,
+                      wait_for_file)
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 
 ZOMBIES = 4
@@ -73,7 +74,7 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
     s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busy_ratio"), "per-core CPU")
     assert s.total("reaper_reaped_total") is None           # reaped nothing
     # It reaps nothing that is not its own: the zombies are still there.
-    host_watch = host_pid_of_watch(ns)
+    host_watch = host_pid_below(ns.pid, arg="watch")
     host_init = proc_stat(host_watch)["ppid"]
     host_parent = [c for c in children_of(host_init) if c != host_watch][0]
     kids = children_of(host_parent)
@@ -100,19 +101,13 @@ def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
     assert s.value("reaper_budget_violations_total", action="nice") >= 1
     assert s.value("reaper_budget_info", mechanism="none") == 1       # nice needs no throttle mechanism
     assert s.value("reaper_processes", **{"class": "stray"}) >= 1
-    busy_ns_pid = wait_for_file(tmp_path / "busy")
-    host_busy = [c for init in children_of(ns.pid) for c in children_of(init)
-                 if proc_status(c)["NSpid"].split()[-1] == busy_ns_pid]
-    assert len(host_busy) == 1 and os.getpriority(os.PRIO_PROCESS, host_busy[0]) == 19
-    os.kill(host_pid_of_watch(ns), signal.SIGINT)
+    host_busy = host_pid_below(ns.pid, ns_pid=int(wait_for_file(tmp_path / "busy")))
+    assert os.getpriority(os.PRIO_PROCESS, host_busy) == 19
+    os.kill(host_pid_below(ns.pid, arg="watch"), signal.SIGINT)
     assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
 
 
-def test_watch_bad_flags_and_pid1(tmp_path):
-    r = subprocess.run([REAPER, "watch", "--metrics-port", "0"], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "port must be 1-65535" in r.stderr
-    r = subprocess.run([REAPER, "watch", "--bogus"], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "--bogus" in r.stderr
-    r = subprocess.run([*UNSHARE, REAPER, "watch", "--metrics-port", str(free_port())],
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 2 and "must not be PID 1" in r.stderr
+def test_watch_bad_flags_and_pid1():
+    refused_sub("watch", ["--metrics-port", "0"], "port must be 1-65535")
+    refused_sub("watch", ["--bogus"], "--bogus")
+    refused_sub("watch", ["--metrics-port", str(free_port())], "must not be PID 1", pid1=True)
