@@ -176,8 +176,10 @@ def find_marked(root: int, name: str):
 
 # --- starting a head under reaper (test side) ---------------------------------------
 
-def head_command(ray: str, temp_dir: str, num_cpus: int) -> tuple:
-    """(`ray start --head --block ...` on loopback with every port named, its GCS port)."""
+def head_command(ray: str, temp_dir: str, num_cpus: int, block: bool = True) -> tuple:
+    """(`ray start --head --block ...` on loopback with every port named, its GCS port).
+    block=False: `ray start` without --block in a shell that then sleeps, as images that
+    start Ray in a script do; Ray's daemons are orphaned to reaper once it returns."""
     from conftest import reserve_ports     # test side: the harness is importable here
 
     workers = 100                    # one port per live worker; Ray leaves some unused
@@ -189,6 +191,11 @@ def head_command(ray: str, temp_dir: str, num_cpus: int) -> tuple:
             "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--port={gcs}",
             f"--temp-dir={temp_dir}", f"--min-worker-port={worker_low}", f"--max-worker-port={worker_high}",
             *[f"--{n}={p}" for n, p in zip(names, named)]]
+    if not block:
+        import shlex
+
+        argv.remove("--block")
+        argv = ["sh", "-c", f"{shlex.join(argv)} && exec sleep 3600"]
     return argv, gcs
 
 
@@ -206,7 +213,7 @@ def log_tails(temp_dir: str, limit: int = 1500) -> str:
 
 
 def start_head(reaper, reaper_args: list, ray: str, temp_root: str, num_cpus: int, env: dict,
-               attempts: int = 2) -> tuple:
+               attempts: int = 2, block: bool = True) -> tuple:
     """reaper [reaper_args] -- ray start --head --block ..., awaited until Ray says it
     started: (the Reaper, the GCS port). Ray's own start has fixed 30 s deadlines (the
     raylet's registration, the GCS's port) that a loaded 2-core machine can overrun; a
@@ -217,7 +224,7 @@ def start_head(reaper, reaper_args: list, ray: str, temp_root: str, num_cpus: in
     failures = []
     for attempt in range(1, attempts + 1):
         temp_dir = os.path.join(temp_root, f"t{attempt}")
-        argv, gcs = head_command(ray, temp_dir, num_cpus)
+        argv, gcs = head_command(ray, temp_dir, num_cpus, block)
         r = reaper([*reaper_args, "--", *argv], env=env)
         try:
             while "Ray runtime started" not in r.readline(timeout=90):

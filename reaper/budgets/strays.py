@@ -7,7 +7,9 @@ exactly ``ray::IDLE`` (its task returned, the child outlived it); (3) matched
 by --stray-match. Never: reaper itself, PID 1, a process entered from outside
 the namespace (ppid 0), Ray's own processes (told by their executable and
 script: reaper/budgets/ray.py, never by a name), the children of a real raylet
-(Ray's workers and agents), anything matched by --protect. --no-ray-aware turns
+(Ray's workers and agents), anything matched by --protect. An orphaned raylet
+(`ray start` without --block) does not make its tree an orphan's: below it only
+rule (2) finds strays. --no-ray-aware turns
 off rule (2) only: Ray's own processes are never strays.
 
 In ``reaper watch`` mode reaper is nobody's ancestor: the orphans are the
@@ -66,15 +68,19 @@ class Finder:
             # As PID 1 the namespace is reaper's; as a subreaper, only its descendants.
             visible = None if self.scope.is_pid1 else mine
             roots = [c for c in table.children.get(me, ()) if c not in kept]
-        for pid in table.descendants(roots):
-            found[pid] = "orphan"
-
-        ray_system: set = set()
         # A real raylet is named raylet (its comm comes from its executable); the
         # name only picks the candidates, the executable decides.
         raylets = [p.pid for p in procs.values()
                    if p.comm == "raylet" and self.ray.kind(p.pid, p.start) == "raylet"]
         self.ray_seen = self.ray_seen or bool(raylets)
+        # An orphaned raylet (`ray start` without --block, reaper watch, pause mode)
+        # is not an orphan's tree: what runs below it is Ray's, judged by rule (2).
+        ray_trees = table.descendants(raylets)
+        for pid in table.descendants(roots):
+            if pid not in ray_trees:
+                found[pid] = "orphan"
+
+        ray_system: set = set()
         for r in raylets:
             for w in table.children.get(r, ()):
                 ray_system.add(w)        # Ray's workers and agents
