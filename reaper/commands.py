@@ -344,7 +344,7 @@ def _watch_config(argv: list):
 
     p = _Parser(prog="reaper watch", add_help=False,
                 description="Metrics sidecar for a shared PID namespace: observe every process, "
-                            "serve the metrics, enforce CPU budgets on strays. Reaps nothing.")
+                            "serve the metrics, enforce budgets (CPU, memory, age) on strays. Reaps nothing.")
     p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
                    help="show this help and exit")
     p.add_argument("-v", "--verbose", dest="verbosity", action="count", default=None,

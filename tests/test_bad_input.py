@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REAPER, clean_env, one_line as _one_line, refused
+from conftest import REAPER, clean_env, one_line as _one_line, refused, refused_sub
 
 TIMEOUT = 30
 TIME_FLAGS = ["--grace", "--budget-window", "--budget-grace", "--budget-kill-after", "--budget-interval",
@@ -23,16 +23,6 @@ def _run(argv, env=None, stdout=subprocess.PIPE):
     p = subprocess.run([REAPER, *argv], env=clean_env(env), stdin=subprocess.DEVNULL, stdout=stdout,
                        stderr=subprocess.PIPE, timeout=TIMEOUT)
     return p.returncode, p.stderr
-
-
-def refused_sub(name, args, *needles, env=None) -> str:
-    """reaper stats|watch ARGS: exit 2 and one line (watch would run for good if it accepted)."""
-    status, stderr = _run([name, *args], env)
-    line = _one_line(stderr, f"reaper {name}: ")
-    assert status == 2, line
-    for needle in needles:
-        assert needle in line, line
-    return line
 
 
 def test_the_marker_would_appear(tmp_path):

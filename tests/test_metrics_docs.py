@@ -119,7 +119,9 @@ def test_alert_rules_pass_promtool(tmp_path):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Every family and sample name a real reaper exports: with budgets on, in a pids
-    cgroup when the host has one, during the run (endpoint) and after it (final file)."""
+    cgroup when the host has one, during the run (endpoint) and after it (final file).
+    Started here rather than by metrics_helpers.start_with_metrics: one run serves every
+    check of the module, in a pids cgroup of its own and with a metrics file."""
     tmp = tmp_path_factory.mktemp("exported")
     port, mfile = free_port(), tmp / "m.prom"
     cg = in_pids_cgroup(1000)
