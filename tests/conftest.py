@@ -505,6 +505,20 @@ def remove_cgroup(d) -> None:
     wait_for(removed, 10, interval=0.05, what=f"{d} to be removable")
 
 
+def invoker_signals(ignored=(), blocked=()):
+    """preexec_fn: exactly these signals ignored and blocked, whatever the test itself
+    inherited (under nohup SIGHUP is ignored; a CI runner may block some)."""
+    def setup():
+        for s in range(1, signal.NSIG):
+            if s not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass                  # 32, 33: glibc's own
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return setup
+
+
 def run_reaper(args, pid1=True, timeout=30.0, **kw):
     """Runs reaper to completion; returns the Reaper (with .stdout, .stderr, .proc.returncode)."""
     r = Reaper(args, pid1=pid1, **kw)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, alive, clean_env, py, refused, run_reaper, summary,
-                      wait_for, wait_for_file)
+from conftest import (PYTHON, REAPER, Reaper, alive, clean_env, invoker_signals, py, refused, run_reaper,
+                      summary, wait_for, wait_for_file)
 import budget_helpers as bh
 from metrics_helpers import start_with_metrics, wait_scrape
 
@@ -132,6 +132,39 @@ def test_on_failure_restarts_failures_only(reaper, tmp_path):
     assert "service ok ended: exit status 0; not restarted (--restart on-failure)" in r.stderr
 
 
+def test_on_failure_restarts_a_service_killed_by_a_signal(tmp_path):
+    log = tmp_path / "sig"
+    main = py(textwrap.dedent(f"""
+        import os, time
+        def starts():
+            if not os.path.exists({str(log)!r}):
+                return 0
+            return sum(line.startswith("start ") for line in open({str(log)!r}).read().splitlines())
+        while starts() < 2:
+            time.sleep(0.02)
+    """))
+    r = run_reaper(["--restart", "on-failure", "--restart-delay", "0.1",
+                    "--service", f"sig={stamper(log, 'kill -KILL $$')}", "--", *main], timeout=30)
+    assert r.proc.returncode == 0, r.stderr
+    assert len(stamps(log)) >= 2 and not stamps(log, "end"), lines_of(log)
+    assert "service sig ended: killed by SIGKILL; restarting in 0.1s" in r.stderr
+
+
+def test_restart_delays_double_up_to_the_maximum(reaper, tmp_path):
+    log = tmp_path / "svc"
+    r = reaper(["--service", f"crash={stamper(log)}", "--restart-delay", "0.2", "--restart-max-delay", "0.4",
+                "--restart-limit", "7/60", "--on-service-failure", "stop", "--", *forever()])
+    assert r.wait(40) == 143
+    starts, ends = stamps(log), stamps(log, "end")
+    assert len(starts) == len(ends) == 7, lines_of(log)
+    want = [0.2, 0.4, 0.4, 0.4, 0.4, 0.4]
+    gaps = [s - e for e, s in zip(ends, starts[1:])]
+    for w, gap in zip(want, gaps):
+        assert w * EARLY <= gap, gaps
+    # Capped at 0.4: doubling on would take 0.2 * (2**6 - 1) = 12.6 s over these six.
+    assert sum(gaps) <= sum(want) + 2 * LATE, gaps
+
+
 def test_never_gives_a_failed_service_up_at_once(tmp_path):
     log = tmp_path / "svc"
     r = run_reaper(["--restart", "never", "--on-service-failure", "stop", "--service", f"once={stamper(log)}",
@@ -146,10 +179,14 @@ def test_never_gives_a_failed_service_up_at_once(tmp_path):
     (False, ["-e", "143", "--exit-zero-on-stop"], 143),     # neither -e nor the stop flag applies
 ])
 def test_stop_mode_ends_the_container_non_zero(tmp_path, exits_0, flags, expected):
-    log = tmp_path / "svc"
+    log, ready = tmp_path / "svc", tmp_path / "main-ready"
     handler = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))" if exits_0 else ""
+    # The service crashes only once the main child has set its handler: the stop must
+    # not race its start-up.
+    crash = stamper(log, f"while [ ! -e {ready} ]; do sleep 0.01; done; (exit 1)")
     r = run_reaper([*flags, "--on-service-failure", "stop", "--restart-delay", "0.1", "--restart-limit", "2/60",
-                    "--service", f"crash={stamper(log)}", "--", *forever(handler)], timeout=30)
+                    "--service", f"crash={crash}", "--", *forever(f"{handler}\nopen({str(ready)!r}, 'w')")],
+                   timeout=30)
     assert r.proc.returncode == expected, r.stderr
     assert len(stamps(log)) == 2
     assert "stopping the main child (--on-service-failure stop)" in r.stderr
@@ -345,6 +382,66 @@ def test_metrics_and_reaper_stats_show_the_services(reaper, tmp_path):
 
 
 # --- where services come from ----------------------------------------------------------------
+
+def test_services_start_before_the_main_child_in_the_order_given(tmp_path):
+    log = tmp_path / "log"
+    args = []
+    for name in ("b", "a", "c"):             # the order given, not the names'
+        args += ["--service", f"{name}=sh -c 'echo {name} $$ >> {log}; exec sleep 600'"]
+    main = py(textwrap.dedent(f"""
+        import os, time
+        while not os.path.exists({str(log)!r}) or len(open({str(log)!r}).read().splitlines()) < 3:
+            time.sleep(0.02)
+        open({str(log)!r}, "a").write(f"main {{os.getpid()}}\\n")
+    """))
+    r = run_reaper([*args, "--", *main], timeout=30)
+    assert r.proc.returncode == 0, r.stderr
+    # PID 1 of a fresh namespace hands out pids in fork order.
+    pids = {name: int(pid) for name, pid in (line.split() for line in lines_of(log))}
+    assert pids["b"] < pids["a"] < pids["c"] < pids["main"], pids
+
+
+def test_a_service_gets_reapers_stdout_and_the_invokers_signals(tmp_path):
+    blocked, ignored = {signal.SIGUSR2}, {signal.SIGHUP, signal.SIGUSR1}
+    out = tmp_path / "sig"
+    import shlex
+    # sh execs grep: grep reads the mask and dispositions the service was started with.
+    svc = shlex.join(["sh", "-c", f"echo service-says-hello; exec grep -E '^Sig(Blk|Ign)' /proc/self/status > {out}"])
+    main = py(f"import os, time\nwhile not (os.path.exists({str(out)!r}) and os.path.getsize({str(out)!r})): "
+              "time.sleep(0.02)")
+    r = Reaper(["--restart", "never", "--service", f"probe={svc}", "--", *main],
+               preexec_fn=invoker_signals(ignored, blocked))
+    assert r.wait(30) == 0, r.stderr
+    assert "service-says-hello" in r.stdout
+
+    def mask(bits):
+        return {n for n in range(1, 65) if int(bits, 16) >> (n - 1) & 1}
+    fields = dict(line.split(":\t") for line in out.read_text().strip().splitlines())
+    assert mask(fields["SigBlk"]) == {int(x) for x in blocked}
+    assert mask(fields["SigIgn"]) == {int(x) for x in ignored}
+
+
+def test_a_service_that_ignores_sigterm_is_killed_at_the_end_of_the_grace(tmp_path):
+    log, pidfile = tmp_path / "log", tmp_path / "svc.pid"
+    import shlex
+    svc = shlex.join(py(textwrap.dedent(f"""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, lambda *a: open({str(log)!r}, "a").write("term\\n"))
+        open({str(pidfile)!r} + ".tmp", "w").write(str(os.getpid()))
+        os.rename({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+        while True: time.sleep(1)
+    """)))
+    main = py(f"import os, time\nwhile not os.path.exists({str(pidfile)!r}): time.sleep(0.02)")
+    r = run_reaper(["--grace", "1", "--service", f"stubborn={svc}", "--", *main], pid1=False, timeout=30)
+    pid = int(pidfile.read_text())
+    try:
+        assert r.proc.returncode == 0, r.stderr
+        assert lines_of(log) == ["term"]             # asked first, then SIGKILL at the grace's end
+        wait_for(lambda: not alive(pid), 10, what="the service gone")
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
 
 def test_services_dir_like_a_configmap(tmp_path):
     d, out = tmp_path / "services", tmp_path / "out"

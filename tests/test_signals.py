@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, REAPER, Reaper, proc_status, py, run_reaper, summary, wait_for
+from conftest import PYTHON, REAPER, Reaper, invoker_signals, proc_status, py, run_reaper, summary, wait_for
 
 RTMAX = signal.SIGRTMAX
 # Everything a process can catch, less SIGCHLD (never forwarded) and glibc's two reserved
@@ -220,24 +220,10 @@ os._exit(0)
              proc_status(reaper_pid)["State"].startswith("Z"), 10, what="reaper exited")
 
 
-def _invoker(ignored=(), blocked=()):
-    """preexec_fn: exactly these signals ignored and blocked, whatever the test itself
-    inherited (under nohup SIGHUP is ignored; a CI runner may block some)."""
-    def setup():
-        for s in range(1, signal.NSIG):
-            if s not in (signal.SIGKILL, signal.SIGSTOP):
-                try:
-                    signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
-                except (OSError, ValueError):
-                    pass                  # 32, 33: glibc's own
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    return setup
-
-
 def test_child_gets_the_invokers_mask_and_ignored_signals(tmp_path):
     blocked = {signal.SIGUSR2, signal.SIGRTMIN + 3}
     ignored = {signal.SIGHUP, signal.SIGUSR1}
-    invoker = _invoker(ignored, blocked)
+    invoker = invoker_signals(ignored, blocked)
 
     def mask(bits):
         return {n for n in range(1, 65) if int(bits, 16) >> (n - 1) & 1}
@@ -252,7 +238,7 @@ def test_child_gets_the_invokers_mask_and_ignored_signals(tmp_path):
 
 
 def test_child_gets_default_signals_when_the_invoker_set_none():
-    r = run_reaper(["--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"], preexec_fn=_invoker())
+    r = run_reaper(["--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"], preexec_fn=invoker_signals())
     fields = dict(l.split(":\t") for l in r.stdout.strip().splitlines())
     assert int(fields["SigBlk"], 16) == 0 and int(fields["SigIgn"], 16) == 0
 
