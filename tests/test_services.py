@@ -443,6 +443,36 @@ def test_a_service_that_ignores_sigterm_is_killed_at_the_end_of_the_grace(tmp_pa
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_process_that_ignores_sigterm_leaves_the_services_half_the_grace(tmp_path):
+    """The rest is drained first, but for half the grace only: an orphan that ignores
+    SIGTERM is killed then, and the service still gets its SIGTERM, not a bare SIGKILL."""
+    log, pidfile = tmp_path / "log", tmp_path / "orphan.pid"
+    main = py(textwrap.dedent(f"""
+        import os, signal, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork(): os._exit(0)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            open({str(pidfile)!r} + ".tmp", "w").write(str(os.getpid()))
+            os.rename({str(pidfile)!r} + ".tmp", {str(pidfile)!r})
+            while True: time.sleep(1)
+        while not (os.path.exists({str(pidfile)!r}) and os.path.exists({str(log)!r})): time.sleep(0.02)
+    """))
+    r = run_reaper(["-v", "--grace", "4", "--service", f"a={_handler_service(log, 'a')}", "--", *main],
+                   pid1=False, timeout=30)
+    orphan = int(pidfile.read_text())
+    try:
+        assert r.proc.returncode == 0, r.stderr
+        assert [line for line in lines_of(log) if "ready" not in line] == ["a term", "a done"], r.stderr
+        assert "still up after half the grace" in r.stderr
+        wait_for(lambda: not alive(orphan), 10, what="the orphan gone")
+        s = summary(r.stderr)
+        assert s["drain"]["killed"] == 1, s
+    finally:
+        if alive(orphan):
+            os.kill(orphan, signal.SIGKILL)
+
+
 def test_services_dir_like_a_configmap(tmp_path):
     d, out = tmp_path / "services", tmp_path / "out"
     data = d / "..2024_01_01"

@@ -97,6 +97,7 @@ class Runner:
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.draining = False
         self.stage = None                # in the drain: others, services, rest
+        self.others_until = 0.0          # in the drain: when the others' half of the grace ends
         self.stopping = None             # the service whose exit the drain waits for
         self.recheck_at = None
         self.recheck_every = RECHECK_FIRST
@@ -316,6 +317,7 @@ class Runner:
             if svc.state == "backoff":
                 svc.state = "stopped"
         self.stage = "services" if self.cfg.no_drain else "others"
+        self.others_until = time.monotonic() + self.cfg.grace / 2    # the rest's share of the grace
         self.recheck_at = time.monotonic()   # drain_step at the next turn of the loop, not at an event
 
     def kept(self) -> list:
@@ -339,12 +341,23 @@ class Runner:
         sup = self.sup
         if self.stage == "others":
             left = sup._alive(sup.drain_targets) if sup.drain_targets else {}
-            if left:
+            if left and now < self.others_until:
                 if self.recheck_at is None:
-                    self.recheck_at = now + self.recheck_every
+                    self.recheck_at = min(now + self.recheck_every, self.others_until)
                     self.recheck_every = min(RECHECK_MAX, self.recheck_every * 2)
                 return False
-            self.stats.drain["terminated"] += len(sup.drain_targets)
+            if left:
+                # Half the grace is up and some ignore SIGTERM: they get SIGKILL now, so
+                # that the services still get their SIGTERM, in order, in the other half
+                # (a log shipper flushes what the others wrote before they were killed).
+                import signal
+
+                self.log.info(f"sent SIGKILL to {len(left)} process(es) still up after half the grace; "
+                              f"stopping the services")
+                for pid, start in left.items():
+                    sup._signal_one(pid, start, signal.SIGKILL)
+                self.stats.drain["killed"] += len(left)
+            self.stats.drain["terminated"] += len(sup.drain_targets) - len(left)
             sup.drain_targets = {}
             self.recheck_at = None
             self.stage = "services"
