@@ -370,3 +370,235 @@ def test_at_exit_with_no_drain_strays_are_moved_back_and_resumed(reaper, tmp_pat
         wait_for(lambda: bh.stat(pid)["cpu"] - c0 > 0.3, 20, what="the stray to run uncapped")
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+# --- throttle: found over, observe and nice, the total ------------------------------------
+
+# Once GO exists (at once if GO is "-") holds MIB mebibytes (every page touched), then
+# says so in READY (its monotonic time, written whole) and idles; SIGTERM writes its
+# monotonic time to TERM and exits 0. argv: TERM READY MIB GO TAG.
+HOLDER = ("import os, signal, sys, time\n"
+          "term, ready, mib, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]\n"
+          "def on_term(*_):\n"
+          "    open(term, 'w').write(repr(time.monotonic()))\n"
+          "    sys.exit(0)\n"
+          "signal.signal(signal.SIGTERM, on_term)\n"
+          "while go != '-' and not os.path.exists(go):\n"
+          "    time.sleep(0.01)\n"
+          "hold = b'\\x01' * (mib << 20)\n"
+          "open(ready + '.part', 'w').write(repr(time.monotonic()))\n"
+          "os.rename(ready + '.part', ready)\n"
+          "time.sleep(600)\n")
+
+
+def holder(tmp_path, name: str, mib: int, tag: str, go=None) -> tuple:
+    """(shell words running HOLDER, its TERM file, its READY file)."""
+    term, ready = tmp_path / f"{name}.term", tmp_path / f"{name}.ready"
+    code = HOLDER.replace("'", "'\\''")
+    return f"{PYTHON} -c '{code}' {term} {ready} {mib} {go or '-'} {tag}", term, ready
+
+
+def ns_pid(pid: int) -> int:
+    """pid as reaper (PID 1 of its own namespace, the innermost) names it in its log."""
+    from conftest import proc_status
+
+    return int(proc_status(pid)["NSpid"].split()[-1])
+
+
+def memory_cgroups_until(pid: int, stop, timeout: float) -> set:
+    """Every v1 memory cgroup pid was seen in until stop() (its SIGTERM handler ran) or its
+    death. A task that is exiting already reads as in the root cgroup: a reading taken
+    once stop() holds or the task is gone is not kept."""
+    seen: set = set()
+
+    def done():
+        if stop() or not alive(pid):
+            return True
+        try:
+            c = memory_cgroup(pid)
+        except OSError:
+            return True
+        if stop() or not alive(pid):
+            return True
+        seen.add(c)
+        return False
+    wait_for(done, timeout, interval=0.002, what=f"stray {pid} to be terminated")
+    return seen
+
+
+def samples_go_on(port: int, n: int = 5):
+    """The scrape once the enforcer has taken n more samples than now: a bounded wait
+    for "it has had its chances", not a sleep."""
+    from metrics_helpers import scrape, wait_scrape
+
+    first = scrape(port).value("reaper_budget_samples_total")
+    return wait_scrape(port, lambda s: s.value("reaper_budget_samples_total") >= first + n,
+                       f"{n} more budget samples")
+
+
+@needs_v1_memory
+def test_throttle_terminates_a_stray_already_over_its_memory_budget_when_found(reaper, tmp_path):
+    """A stray that already holds more than its budget when it is first seen cannot be
+    capped (what it holds stays charged where it was): it is terminated once its grace is
+    over, never moved into a memory cgroup, and the log says why once. A small stray
+    beside it is capped: a memory cgroup was there to be had."""
+    big_tag, small_tag = bh.marker(), bh.marker()
+    big, big_term, big_ready = holder(tmp_path, "big", 48, big_tag)        # ~60 MiB resident
+    grace = 1.5
+    # The big one becomes a stray (an orphan) only once it holds its memory: its parent
+    # subshell, in the main tree, waits for READY and exits.
+    r = reaper(["-v", "--memory-budget", "32M", "--budget-action", "throttle", "--budget-interval", "0.3",
+                "--budget-grace", str(grace), "--grace", "5", "--", "sh", "-c",
+                f"( {big} & while [ ! -e {big_ready} ]; do sleep 0.02; done ); ( {SLEEPER} {small_tag} & ); "
+                "exec sleep 600"])
+    (pid,) = bh.wait_tagged(big_tag)
+    (small,) = bh.wait_tagged(small_tag)
+    before, big_ns = memory_cgroup(pid), ns_pid(pid)
+    assert "reaper-strays." not in before
+    seen = memory_cgroups_until(pid, big_term.exists, 30)
+    wait_for(lambda: not alive(pid), 10, what="the over-budget stray to exit")
+    assert not any("reaper-strays." in c for c in seen), f"the over-budget stray was capped: {seen}"
+    assert big_term.exists(), "not ended by SIGTERM (its handler did not run)"
+    assert seen == {before}, f"its memory cgroup changed: {seen}"
+    ready_at, term_at = float(big_ready.read_text()), float(big_term.read_text())
+    # (It is found after READY; a sample's time is taken just before its scan.)
+    assert term_at - ready_at >= grace - 0.05, f"SIGTERM {term_at - ready_at:.2f}s after it was found: inside its grace"
+    wait_for(lambda: "reaper-strays." in memory_cgroup(small), 20, what="the small stray capped")
+    small_ns = ns_pid(small)
+    r.send(signal.SIGTERM)
+    r.wait()
+    said = [line for line in r.stderr.splitlines() if "when found: it is terminated when its grace is over" in line]
+    assert len(said) == 1, r.stderr                                         # said once, not every sample
+    assert re.search(rf"WARN stray {big_ns} \(python\S*\) already holds [\d.]+ MiB, over --memory-budget 32 MiB, "
+                     r"when found: it is terminated when its grace is over, not capped$", said[0]), said[0]
+    assert len(re.findall(rf"stray {big_ns} \(python\S*, orphan\) holds [\d.]+ MiB, over --memory-budget 32 MiB: "
+                          "terminate", r.stderr)) == 1, r.stderr
+    assert re.search(rf"stray {big_ns} \(python\S*\) holds [\d.]+ MiB, over its memory budget: SIGTERM", r.stderr)
+    assert not re.search(rf"stray {small_ns} \(.*holds", r.stderr), r.stderr     # the small one is never over
+    s = summary(r.stderr)["budget_actions"]
+    assert s.get("terminate") == 1 and s.get("throttle_memory_cgroup") == 1, s   # the small one only is capped
+    assert "kill" not in s and "oom_kill" not in s, s
+
+
+@pytest.mark.parametrize("action", ["observe", "nice"])
+def test_observe_and_nice_log_and_count_a_stray_over_its_memory_budget(reaper, tmp_path, action):
+    """observe and nice hold no memory: a stray over its memory budget is logged once and
+    counted with reason="memory" (nice also renices it and makes it SCHED_IDLE); it is
+    neither moved into a memory cgroup nor signalled, sample after sample."""
+    from metrics_helpers import start_with_metrics, wait_scrape
+
+    tag, go = bh.marker(), tmp_path / "go"
+    stray, term, ready = holder(tmp_path, "stray", 48, tag, go)
+    r, port = start_with_metrics(reaper, ["sh", "-c", f"( {stray} & ); exec sleep 600"],
+                                 ["-v", "--memory-budget", "32M", "--budget-action", action, *FAST])
+    (pid,) = bh.wait_tagged(tag)
+    before, nice0, stray_ns = memory_cgroup(pid), os.getpriority(os.PRIO_PROCESS, pid), ns_pid(pid)
+    # Sampled while under its budget first (where throttle would cap it), then it grows.
+    wait_scrape(port, lambda s: s.value("reaper_stray_memory_bytes", pid=str(stray_ns)) is not None,
+                "the stray sampled", timeout=20)
+    go.touch()
+    wait_scrape(port, lambda s: s.value("reaper_budget_violations_total", action=action, reason="memory") == 1,
+                "the memory violation counted", timeout=20)
+    s = samples_go_on(port)                  # it has had its chances to be capped or killed
+    assert s.value("reaper_budget_violations_total", action=action, reason="memory") == 1   # one per transition
+    assert s.value("reaper_budget_info", mechanism="none", memory_mechanism="none") == 1     # no memory cgroup
+    assert s.value("reaper_budget_actions_total", action="terminate", reason="memory") is None
+    assert s.value("reaper_budget_actions_total", action="throttle_memory_cgroup", reason="memory") is None
+    assert alive(pid) and not term.exists()
+    assert memory_cgroup(pid) == before == memory_cgroup(os.getpid())
+    assert ready.exists() and peak_rss(pid) > 48 * MB                      # it did hold more than its budget
+    if action == "nice":
+        assert s.value("reaper_budget_actions_total", action="nice", reason="memory") == 1
+        assert s.value("reaper_budget_actions_total", action="sched_idle", reason="memory") == 1
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 19 and os.sched_getscheduler(pid) == os.SCHED_IDLE
+    else:
+        assert s.total("reaper_budget_actions_total") is None, s.text
+        assert os.getpriority(os.PRIO_PROCESS, pid) == nice0 and os.sched_getscheduler(pid) == os.SCHED_OTHER
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert len(re.findall(rf"WARN stray {stray_ns} \(python\S*, orphan\) holds [\d.]+ MiB, over --memory-budget "
+                          rf"32 MiB: {action}$", r.stderr, re.M)) == 1, r.stderr
+    assert not re.search(rf"stray {stray_ns} \(.*: SIGTERM", r.stderr), r.stderr   # the budget never signalled it
+    want = {"nice": 1, "sched_idle": 1} if action == "nice" else {}
+    assert summary(r.stderr)["budget_actions"] == want, r.stderr
+
+
+def test_terminate_over_the_memory_total_ends_the_biggest_stray_first(reaper, tmp_path):
+    """Two strays, each under --memory-budget, together over --memory-budget-total: the one
+    holding most is terminated (its handler runs), and then the other, which fits the
+    total alone, is left alone sample after sample."""
+    from metrics_helpers import start_with_metrics
+
+    big_tag, small_tag = bh.marker(), bh.marker()
+    big, big_term, _ = holder(tmp_path, "big", 40, big_tag)            # ~54 MiB resident
+    small, small_term, small_ready = holder(tmp_path, "small", 16, small_tag)   # ~30 MiB
+    # Together ~84 MiB, over 72; each under 64, and the small one alone fits 72. Whatever
+    # moment a sample catches them in, the sum is over 72 only when the big one holds more.
+    r, port = start_with_metrics(reaper, ["sh", "-c", f"( {small} & ); ( {big} & ); exec sleep 600"],
+                                 ["-v", "--memory-budget", "64M", "--memory-budget-total", "72M",
+                                  "--budget-action", "terminate", "--grace", "5", *FAST])
+    (big_pid,) = bh.wait_tagged(big_tag)
+    (small_pid,) = bh.wait_tagged(small_tag)
+    big_ns, small_ns = ns_pid(big_pid), ns_pid(small_pid)
+    wait_for(lambda: not alive(big_pid), 30, what="the biggest stray to be terminated")
+    assert big_term.exists(), "the biggest stray did not get SIGTERM (its handler did not run)"
+    wait_for(small_ready.exists, 10, what="the small stray to hold its memory")
+    s = samples_go_on(port)
+    assert alive(small_pid) and not small_term.exists(), "the stray that fits the total was terminated too"
+    assert s.value("reaper_budget_violations_total", action="terminate", reason="memory") == 1
+    assert s.value("reaper_budget_actions_total", action="terminate", reason="memory") == 1
+    assert s.value("reaper_budget_actions_total", action="kill", reason="memory") is None
+    r.send(signal.SIGTERM)
+    r.wait()
+    over = re.findall(r"WARN stray (\d+) \(python\S*, orphan\) holds ([\d.]+) MiB, strays together over "
+                      r"--memory-budget-total 72 MiB: terminate$", r.stderr, re.M)
+    assert [int(p) for p, _ in over] == [big_ns], r.stderr
+    assert float(over[0][1]) < 64, over                      # under its own budget: the total acted
+    assert "over --memory-budget 64 MiB" not in r.stderr, r.stderr
+    assert re.search(rf"stray {big_ns} \(python\S*\) holds [\d.]+ MiB, over its memory budget: SIGTERM", r.stderr)
+    assert not re.search(rf"stray {small_ns} \(.*holds", r.stderr), r.stderr
+    assert summary(r.stderr)["budget_actions"].get("terminate") == 1, r.stderr
+
+
+@needs_v1_memory
+def test_throttle_holds_the_memory_total_in_reaper_s_cgroup_where_the_kernel_ends_the_biggest(reaper, tmp_path):
+    """throttle with --memory-budget-total: two strays, capped while small, then growing,
+    each under --memory-budget, together over the total. The total is the limit of
+    reaper's reaper-strays cgroup, so the kernel's OOM killer acts there, on the one
+    holding most; the other, which fits alone, runs on, capped; the main tree is untouched."""
+    from metrics_helpers import start_with_metrics, wait_scrape
+
+    big_tag, small_tag, go = bh.marker(), bh.marker(), tmp_path / "go"
+    big, big_term, _ = holder(tmp_path, "big", 40, big_tag, go)
+    small, small_term, small_ready = holder(tmp_path, "small", 16, small_tag, go)
+    m = MAIN_HOLDS.replace("'", "'\\''")
+    r, port = start_with_metrics(
+        reaper, ["sh", "-c", f"( {small} & ); ( {big} & ); exec {PYTHON} -c '{m}' main-{big_tag}"],
+        ["-v", "--memory-budget", "64M", "--memory-budget-total", "72M", "--budget-action", "throttle", *FAST])
+    main = _main_of(big_tag)
+    (big_pid,) = bh.wait_tagged(big_tag)
+    (small_pid,) = bh.wait_tagged(small_tag)
+    big_ns, small_ns = ns_pid(big_pid), ns_pid(small_pid)
+    for p in (big_pid, small_pid):
+        wait_for(lambda: "reaper-strays." in memory_cgroup(p), 20, what=f"stray {p} capped while small")
+    small_leaf = memory_cgroup(small_pid)
+    go.touch()
+    wait_for(lambda: not alive(big_pid), 30, what="the biggest stray to be ended inside reaper's cgroup")
+    wait_for(small_ready.exists, 10, what="the small stray to hold its memory")
+    s = wait_scrape(port, lambda s: s.value("reaper_budget_actions_total", action="oom_kill", reason="memory") == 1,
+                    "the OOM kill inside reaper's cgroup counted")
+    s = samples_go_on(port)
+    assert not big_term.exists(), "the biggest stray got SIGTERM: the total was held by terminate, not the cgroup"
+    assert alive(small_pid) and not small_term.exists(), "the stray that fits the total was ended too"
+    assert memory_cgroup(small_pid) == small_leaf                          # still capped, in its own leaf
+    assert alive(main) and peak_rss(main) > 100 * MB and memory_cgroup(main) == memory_cgroup(os.getpid())
+    assert s.value("reaper_budget_info", mechanism="none", memory_mechanism="cgroup_v1") == 1
+    assert s.value("reaper_budget_actions_total", action="throttle_memory_cgroup", reason="memory") == 2
+    assert s.value("reaper_budget_actions_total", action="terminate", reason="memory") is None
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert re.search(rf"WARN stray {big_ns} \(python\S*\) was killed by the kernel's OOM killer inside its memory "
+                     r"cgroup", r.stderr), r.stderr
+    assert not re.search(rf"stray {small_ns} \(python\S*\) was killed", r.stderr), r.stderr
+    base = re.search(r"memory controller in (\S+reaper-strays\.[0-9a-f]+)", r.stderr).group(1)
+    assert not os.path.exists(base)                                          # removed at exit
