@@ -517,3 +517,44 @@ if __name__ == "__main__":
            "recycled-pid-no-pidfd": lambda: recycled_pid(pidfds=False),
            "duty-faults": duty_faults, "close-with-refused": close_with_refused}[what]()
     print(json.dumps(out), flush=True)
+
+
+# --- memory: the v1 memory hierarchy these machines have ------------------------------
+
+def own_memory_dir() -> "str | None":
+    """This process's v1 memory cgroup directory, if root may write it."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrls.split(","):
+                d = "/sys/fs/cgroup/memory" + path
+                return d if os.geteuid() == 0 and os.access(d, os.W_OK) else None
+    return None
+
+
+def _needs_v1_memory():
+    import pytest
+
+    return pytest.mark.skipif(own_memory_dir() is None, reason="needs root and a writable cgroup v1 memory hierarchy")
+
+
+needs_v1_memory = _needs_v1_memory()
+
+
+def memory_cgroup(pid: int) -> str:
+    """pid's cgroup in the v1 memory hierarchy ('' if there is none)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        for line in f:
+            _, ctrls, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctrls.split(","):
+                return path
+    return ""
+
+
+def peak_rss(pid: int) -> int:
+    """VmHWM: the most the process ever held resident."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0

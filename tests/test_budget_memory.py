@@ -32,38 +32,7 @@ SLEEPER = f"{PYTHON} -c 'import time; time.sleep(600)'"
 MAIN_HOLDS = "x = b'\\x01' * (100 << 20)\nimport time\ntime.sleep(600)\n"
 
 
-def _own_memory_dir() -> "str | None":
-    """This process's v1 memory cgroup directory, if writable."""
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrls.split(","):
-                d = "/sys/fs/cgroup/memory" + path
-                return d if os.geteuid() == 0 and os.access(d, os.W_OK) else None
-    return None
-
-
-needs_v1_memory = pytest.mark.skipif(_own_memory_dir() is None,
-                                     reason="needs root and a writable cgroup v1 memory hierarchy")
-
-
-def memory_cgroup(pid: int) -> str:
-    """pid's cgroup in the v1 memory hierarchy ('' if there is none)."""
-    with open(f"/proc/{pid}/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrls.split(","):
-                return path
-    return ""
-
-
-def peak_rss(pid: int) -> int:
-    """VmHWM: the most the process ever held resident."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+needs_v1_memory = bh.needs_v1_memory
 
 
 def watch_peak(pid: int, until, timeout: float) -> int:
@@ -71,7 +40,7 @@ def watch_peak(pid: int, until, timeout: float) -> int:
     peak, deadline = 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            peak = max(peak, peak_rss(pid))
+            peak = max(peak, bh.peak_rss(pid))
         except OSError:
             return peak
         if not alive(pid) or until():
@@ -102,13 +71,13 @@ def test_throttle_caps_a_growing_stray_inside_its_own_memory_cgroup(reaper):
     main = _main_of(tag)
     (pid,) = bh.wait_tagged(tag)
     leaf = "/sys/fs/cgroup/memory" + wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(
-        memory_cgroup(pid)), 20, what="the stray in a memory cgroup of its own")
+        bh.memory_cgroup(pid)), 20, what="the stray in a memory cgroup of its own")
     peak = watch_peak(pid, lambda: False, 30)            # it grows until the cgroup's OOM killer ends it
     wait_for(lambda: not os.path.exists(leaf), 20, what="reaper to see it die and remove its cgroup")
     assert peak < 2 * BUDGET, f"the stray reached {peak / MB:.0f} MiB"
     assert peak < BUDGET + 4 * MB, f"{peak / MB:.0f} MiB: above its budget in all"   # memory charged before counts
-    assert alive(main) and peak_rss(main) > 100 * MB       # the main tree, holding more, untouched
-    assert memory_cgroup(main) == memory_cgroup(os.getpid())
+    assert alive(main) and bh.peak_rss(main) > 100 * MB       # the main tree, holding more, untouched
+    assert bh.memory_cgroup(main) == bh.memory_cgroup(os.getpid())
     r.send(signal.SIGTERM)
     r.wait()
     assert re.search(r"stray \d+ \(python\S*\) was killed by the kernel's OOM killer inside its memory cgroup",
@@ -132,7 +101,7 @@ def test_terminate_stops_a_growing_stray_at_the_first_sample_over_budget(reaper,
     wait_for(lambda: not alive(pid), 10, what="the stray to exit")
     assert term.read_text() == "t"                         # SIGTERM, and its handler ran
     assert peak < 2 * BUDGET, f"the stray reached {peak / MB:.0f} MiB"
-    assert alive(main) and peak_rss(main) > 100 * MB
+    assert alive(main) and bh.peak_rss(main) > 100 * MB
     r.send(signal.SIGTERM)
     r.wait()
     assert re.search(r"holds [\d.]+ MiB, over --memory-budget 64 MiB: terminate", r.stderr), r.stderr
@@ -314,7 +283,7 @@ def test_cgroup_stat_on_this_machines_v2_hierarchy(tmp_path):
 # --- leave no cgroup behind ------------------------------------------------------------
 
 def _memory_base(pid: int) -> str:
-    path = wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(memory_cgroup(pid)), 20,
+    path = wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(bh.memory_cgroup(pid)), 20,
                     what=f"process {pid} in a stray memory cgroup")
     return "/sys/fs/cgroup/memory" + path.rsplit("/", 1)[0]
 
@@ -338,7 +307,7 @@ def test_stale_stray_cgroups_are_removed_at_start_and_a_live_reapers_kept(reaper
     assert os.path.isdir(dead_base)            # left behind: that is the pattern
     third = reaper(["-v", "--stray-max-age", "600", "--budget-interval", "0.3", "--", "sleep", "600"])
     wait_for(lambda: not os.path.exists(dead_base), 20, what=f"{dead_base} to be removed")
-    assert os.path.isdir(live_base) and "reaper-strays." in memory_cgroup(live_stray)
+    assert os.path.isdir(live_base) and "reaper-strays." in bh.memory_cgroup(live_stray)
     for r in (live, third):
         r.send(signal.SIGTERM)
         r.wait()
@@ -357,13 +326,13 @@ def test_at_exit_with_no_drain_strays_are_moved_back_and_resumed(reaper, tmp_pat
                 f"( {bh.busy_argv(tag)} >/dev/null 2>&1 & ); while [ ! -e {go} ]; do sleep 0.05; done"], pid1=False)
     (pid,) = bh.wait_tagged(tag)
     try:
-        wait_for(lambda: "reaper-strays." in bh.cpu_cgroup(pid) and "reaper-strays." in memory_cgroup(pid), 30,
+        wait_for(lambda: "reaper-strays." in bh.cpu_cgroup(pid) and "reaper-strays." in bh.memory_cgroup(pid), 30,
                  what="the stray capped in both cgroups")
         cpu_base = "/sys/fs/cgroup/cpu" + bh.cpu_cgroup(pid).rsplit("/", 1)[0]
         mem_base = _memory_base(pid)
         go.touch()
         assert r.wait() == 0
-        assert "reaper-strays." not in bh.cpu_cgroup(pid) and "reaper-strays." not in memory_cgroup(pid)
+        assert "reaper-strays." not in bh.cpu_cgroup(pid) and "reaper-strays." not in bh.memory_cgroup(pid)
         assert not os.path.exists(cpu_base) and not os.path.exists(mem_base)
         assert "T" not in bh.states_for([pid], 0.5)
         c0 = bh.stat(pid)["cpu"]
@@ -415,7 +384,7 @@ def memory_cgroups_until(pid: int, stop, timeout: float) -> set:
         if stop() or not alive(pid):
             return True
         try:
-            c = memory_cgroup(pid)
+            c = bh.memory_cgroup(pid)
         except OSError:
             return True
         if stop() or not alive(pid):
@@ -453,7 +422,7 @@ def test_throttle_terminates_a_stray_already_over_its_memory_budget_when_found(r
                 "exec sleep 600"])
     (pid,) = bh.wait_tagged(big_tag)
     (small,) = bh.wait_tagged(small_tag)
-    before, big_ns = memory_cgroup(pid), ns_pid(pid)
+    before, big_ns = bh.memory_cgroup(pid), ns_pid(pid)
     assert "reaper-strays." not in before
     seen = memory_cgroups_until(pid, big_term.exists, 30)
     wait_for(lambda: not alive(pid), 10, what="the over-budget stray to exit")
@@ -463,7 +432,7 @@ def test_throttle_terminates_a_stray_already_over_its_memory_budget_when_found(r
     ready_at, term_at = float(big_ready.read_text()), float(big_term.read_text())
     # (It is found after READY; a sample's time is taken just before its scan.)
     assert term_at - ready_at >= grace - 0.05, f"SIGTERM {term_at - ready_at:.2f}s after it was found: inside its grace"
-    wait_for(lambda: "reaper-strays." in memory_cgroup(small), 20, what="the small stray capped")
+    wait_for(lambda: "reaper-strays." in bh.memory_cgroup(small), 20, what="the small stray capped")
     small_ns = ns_pid(small)
     r.send(signal.SIGTERM)
     r.wait()
@@ -492,7 +461,7 @@ def test_observe_and_nice_log_and_count_a_stray_over_its_memory_budget(reaper, t
     r, port = start_with_metrics(reaper, ["sh", "-c", f"( {stray} & ); exec sleep 600"],
                                  ["-v", "--memory-budget", "32M", "--budget-action", action, *FAST])
     (pid,) = bh.wait_tagged(tag)
-    before, nice0, stray_ns = memory_cgroup(pid), os.getpriority(os.PRIO_PROCESS, pid), ns_pid(pid)
+    before, nice0, stray_ns = bh.memory_cgroup(pid), os.getpriority(os.PRIO_PROCESS, pid), ns_pid(pid)
     # Sampled while under its budget first (where throttle would cap it), then it grows.
     wait_scrape(port, lambda s: s.value("reaper_stray_memory_bytes", pid=str(stray_ns)) is not None,
                 "the stray sampled", timeout=20)
@@ -505,8 +474,8 @@ def test_observe_and_nice_log_and_count_a_stray_over_its_memory_budget(reaper, t
     assert s.value("reaper_budget_actions_total", action="terminate", reason="memory") is None
     assert s.value("reaper_budget_actions_total", action="throttle_memory_cgroup", reason="memory") is None
     assert alive(pid) and not term.exists()
-    assert memory_cgroup(pid) == before == memory_cgroup(os.getpid())
-    assert ready.exists() and peak_rss(pid) > 48 * MB                      # it did hold more than its budget
+    assert bh.memory_cgroup(pid) == before == bh.memory_cgroup(os.getpid())
+    assert ready.exists() and bh.peak_rss(pid) > 48 * MB                      # it did hold more than its budget
     if action == "nice":
         assert s.value("reaper_budget_actions_total", action="nice", reason="memory") == 1
         assert s.value("reaper_budget_actions_total", action="sched_idle", reason="memory") == 1
@@ -580,8 +549,8 @@ def test_throttle_holds_the_memory_total_in_reaper_s_cgroup_where_the_kernel_end
     (small_pid,) = bh.wait_tagged(small_tag)
     big_ns, small_ns = ns_pid(big_pid), ns_pid(small_pid)
     for p in (big_pid, small_pid):
-        wait_for(lambda: "reaper-strays." in memory_cgroup(p), 20, what=f"stray {p} capped while small")
-    small_leaf = memory_cgroup(small_pid)
+        wait_for(lambda: "reaper-strays." in bh.memory_cgroup(p), 20, what=f"stray {p} capped while small")
+    small_leaf = bh.memory_cgroup(small_pid)
     go.touch()
     wait_for(lambda: not alive(big_pid), 30, what="the biggest stray to be ended inside reaper's cgroup")
     wait_for(small_ready.exists, 10, what="the small stray to hold its memory")
@@ -590,8 +559,8 @@ def test_throttle_holds_the_memory_total_in_reaper_s_cgroup_where_the_kernel_end
     s = samples_go_on(port)
     assert not big_term.exists(), "the biggest stray got SIGTERM: the total was held by terminate, not the cgroup"
     assert alive(small_pid) and not small_term.exists(), "the stray that fits the total was ended too"
-    assert memory_cgroup(small_pid) == small_leaf                          # still capped, in its own leaf
-    assert alive(main) and peak_rss(main) > 100 * MB and memory_cgroup(main) == memory_cgroup(os.getpid())
+    assert bh.memory_cgroup(small_pid) == small_leaf                          # still capped, in its own leaf
+    assert alive(main) and bh.peak_rss(main) > 100 * MB and bh.memory_cgroup(main) == bh.memory_cgroup(os.getpid())
     assert s.value("reaper_budget_info", mechanism="none", memory_mechanism="cgroup_v1") == 1
     assert s.value("reaper_budget_actions_total", action="throttle_memory_cgroup", reason="memory") == 2
     assert s.value("reaper_budget_actions_total", action="terminate", reason="memory") is None

@@ -55,36 +55,7 @@ IDLE = ("import signal, sys, time\n"
         "time.sleep(600)\n")
 
 
-def _own_memory_dir() -> "str | None":
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrls.split(","):
-                d = "/sys/fs/cgroup/memory" + path
-                return d if os.geteuid() == 0 and os.access(d, os.W_OK) else None
-    return None
-
-
-needs_v1_memory = pytest.mark.skipif(_own_memory_dir() is None,
-                                     reason="needs root and a writable cgroup v1 memory hierarchy")
-
-
-def memory_cgroup(pid: int) -> str:
-    """pid's cgroup in the v1 memory hierarchy ('' if there is none)."""
-    with open(f"/proc/{pid}/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            if "memory" in ctrls.split(","):
-                return path
-    return ""
-
-
-def peak_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+needs_v1_memory = bh.needs_v1_memory
 
 
 def _start(namespace, tmp_path, flags: list, stray_code: str, tag: str) -> tuple:
@@ -126,7 +97,7 @@ def test_watch_holds_memory_by_terminate_and_never_moves_the_stray(namespace, tm
     ns, pid, term, port = _start(namespace, tmp_path, ["-v", "--memory-budget", "64M", "--budget-action",
                                                        "throttle", "--budget-interval", "0.3", "--budget-grace",
                                                        "0", "--grace", "2"], GROW, tag)
-    stray_ns, before = _ns_pid(pid), memory_cgroup(pid)
+    stray_ns, before = _ns_pid(pid), bh.memory_cgroup(pid)
     assert "reaper-strays." not in before
     seen, peak = set(), [0]
 
@@ -136,7 +107,7 @@ def test_watch_holds_memory_by_terminate_and_never_moves_the_stray(namespace, tm
         if term.exists() or not alive(pid):
             return True
         try:
-            c, hwm = memory_cgroup(pid), peak_rss(pid)
+            c, hwm = bh.memory_cgroup(pid), bh.peak_rss(pid)
         except OSError:
             return True
         if term.exists() or not alive(pid):
