@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -522,8 +523,16 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
             if (pfd[i].revents)
                 *state |= REAPER_WAIT_FDS;
         int64_t woke = monotonic_ns();
+        int before = n;
         if (take_signals(sfd, spec, events, cap, &n, woke))
             *state |= REAPER_WAIT_MORE;
+        for (int i = before; i < n; i++)
+            if (events[i].forwarded > 0) {
+                /* The main child was just signalled: let it run before reaper's
+                 * own bookkeeping when both share this CPU (the latency it sees). */
+                sched_yield();
+                break;
+            }
         reap_children(spec, events, cap, &n, woke, state);
         if (n == cap)
             *state |= REAPER_WAIT_MORE;
