@@ -47,6 +47,19 @@ def wait_lines(log: Path, n: int, kind: str = "start", timeout: float = 20.0) ->
                     what=f"{n} '{kind}' stamps in {log.name}")
 
 
+def until_stamps(log: Path, n: int, kind: str = "start") -> list:
+    """A main child that exits 0 once log holds n '{kind}' stamps."""
+    return py(textwrap.dedent(f"""
+        import os, time
+        def count():
+            if not os.path.exists({str(log)!r}):
+                return 0
+            return sum(line.startswith("{kind} ") for line in open({str(log)!r}).read().splitlines())
+        while count() < {n}:
+            time.sleep(0.02)
+    """))
+
+
 def forever(body: str = "") -> list:
     """A main child that runs until SIGTERM (default action), after body."""
     return py(f"import time\n{body}\nwhile True: time.sleep(1)")
@@ -113,15 +126,7 @@ def test_on_failure_restarts_failures_only(reaper, tmp_path):
     ok, bad = tmp_path / "ok", tmp_path / "bad"
     # The main child ends once 'bad' has ended three times (given up at 3/60); 'ok',
     # which exited 0 long before, would have been restarted after 0.1 s.
-    main = py(textwrap.dedent(f"""
-        import os, time
-        def ends():
-            if not os.path.exists({str(bad)!r}):
-                return 0
-            return sum(line.startswith("end ") for line in open({str(bad)!r}).read().splitlines())
-        while ends() < 3:
-            time.sleep(0.02)
-    """))
+    main = until_stamps(bad, 3, "end")
     r = run_reaper(["-v", "--restart", "on-failure", "--restart-delay", "0.1", "--restart-limit", "3/60",
                     "--service", f"ok={stamper(ok, 'true')}", "--service", f"bad={stamper(bad, '(exit 2)')}",
                     "--", *main], timeout=30)
@@ -134,15 +139,7 @@ def test_on_failure_restarts_failures_only(reaper, tmp_path):
 
 def test_on_failure_restarts_a_service_killed_by_a_signal(tmp_path):
     log = tmp_path / "sig"
-    main = py(textwrap.dedent(f"""
-        import os, time
-        def starts():
-            if not os.path.exists({str(log)!r}):
-                return 0
-            return sum(line.startswith("start ") for line in open({str(log)!r}).read().splitlines())
-        while starts() < 2:
-            time.sleep(0.02)
-    """))
+    main = until_stamps(log, 2)
     r = run_reaper(["--restart", "on-failure", "--restart-delay", "0.1",
                     "--service", f"sig={stamper(log, 'kill -KILL $$')}", "--", *main], timeout=30)
     assert r.proc.returncode == 0, r.stderr
