@@ -100,3 +100,35 @@ def test_the_detector_knows_rays_own_launcher_and_not_a_copy(tmp_path):
             p.kill()
             p.wait()
     assert kinds == {"real": "ray_start", "copy": None}, kinds
+
+
+def test_a_fake_ray_layout_beside_a_launcher_is_not_rays_and_breaks_nothing(tmp_path):
+    """A stray can build prefix/bin/ray beside prefix/lib/pythonX/site-packages/ray (with
+    a _raylet.so) and a RECORD of its own: one that lists the script with another hash or
+    with none (a NUL where the hash goes; an older csv cannot even read it) makes it no
+    launcher, and never an error."""
+    import hashlib
+    import subprocess
+    from reaper.budgets.ray import RayProcesses
+
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "ray").mkdir(parents=True)
+    (site / "ray" / "__init__.py").write_text("")
+    (site / "ray" / "_raylet.so").write_text("")
+    (site / "ray-9.dist-info").mkdir()
+    (tmp_path / "bin").mkdir()
+    launcher = _fake_launcher(tmp_path / "bin")
+    digest = hashlib.sha256(b"something else").hexdigest()
+    kinds = {}
+    for name, record in (("other hash", f"../../../bin/ray,sha256={digest},1\n"),
+                         ("no hash", "../../../bin/ray,\0x\n")):
+        (site / "ray-9.dist-info" / "RECORD").write_text(record)
+        p = subprocess.Popen([PYTHON, launcher, bh.marker()])
+        try:
+            wait_for(lambda: launcher.encode() in open(f"/proc/{p.pid}/cmdline", "rb").read(), 10, 0.001,
+                     what="the launcher's exec")
+            kinds[name] = RayProcesses().kind(p.pid, bh.stat(p.pid)["start"])
+        finally:
+            p.kill()
+            p.wait()
+    assert kinds == {"other hash": None, "no hash": None}, kinds

@@ -266,7 +266,7 @@ class RayProcesses:
 
     def _is_launcher(self, root: str, script: str, exe: str) -> bool:
         """script is the `ray` console script pip installed with a ray package: listed
-        in that distribution's RECORD, with the content RECORD hashes. The package is
+        in that distribution's RECORD, with the content RECORD hashes (a hash is required). The package is
         one the interpreter would import or one beside the script (a virtualenv's bin/
         runs the base interpreter, whose prefix is not the venv's)."""
         for pkg in {*self._packages_for(root, exe), *self._packages_for(root, script)}:
@@ -280,12 +280,13 @@ class RayProcesses:
                 return False
             if not data.startswith(b"#!"):
                 return False
-            return want == "" or want == _record_hash(data)
+            return want != "" and want == _record_hash(data)
         return False
 
     def _launchers(self, root: str, site: str) -> dict:
         """Files that the ray distributions in site install outside it (their console
-        scripts): resolved path -> RECORD's sha256 ('' where it gives none)."""
+        scripts): resolved path -> RECORD's sha256 ('' where it gives none: pip always
+        gives one, and a site beside the script may be anybody's, so none is no match)."""
         st = os.stat(root + "/")
         key = (st.st_dev, st.st_ino, "launchers", site)
         hit = self._packages.get(key)
@@ -296,10 +297,10 @@ class RayProcesses:
             except OSError:
                 names = []
             for n in names:
-                try:
+                try:     # a site beside the script may be anybody's: a bad RECORD is no RECORD
                     with open(f"{root}{site}/{n}/RECORD", encoding="utf-8", errors="replace") as f:
                         rows = list(csv.reader(f))
-                except OSError:
+                except (OSError, csv.Error):
                     continue
                 for row in rows:
                     if not row or not row[0].startswith("../") or os.path.basename(row[0]) != "ray":
