@@ -92,14 +92,20 @@ def _run(cfg, sfd: int, inherited: list) -> int:
     # reaper's Log is made here only when something before the spawn needs it;
     # otherwise after the spawn: importing reaper.log is not on the way to the exec.
     log = stats = exporter = None
+    idle = cfg.idle_budget_options()
+    if idle:        # a budget setting with no budget: said once, before the child starts
+        from reaper.options import IDLE_BUDGET_HINT
+
+        log = _new_log(cfg)
+        log.warn(f"{', '.join(idle)}: {IDLE_BUDGET_HINT}")
     if cfg.metrics_enabled:
         from reaper import metrics
         from reaper.stats import Stats
 
-        log = _new_log(cfg)
+        log = log or _new_log(cfg)
         stats = Stats()
         try:
-            exporter = metrics.prepare(cfg, stats, log)   # binds the port: fails here, not later
+            exporter = metrics.prepare(cfg, stats, log)   # binds the port: fails here, not later (in use: retried)
         except metrics.SetupError as e:
             return _usage_error(str(e))
 

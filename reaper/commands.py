@@ -251,12 +251,24 @@ def render(samples) -> str:
                 f"{s.value:.2f} cores" + (f", {rss / 2**20:.0f} MiB" if rss else "") +
                 f" ({s.labels.get('action', '')})")
     busy = v.by("reaper_node_cpu_busy_ratio", "cpu")
-    if busy:
+    if busy:                        # --node-metrics per-core
         top = max(busy, key=lambda c: busy[c])
         system = v.get("reaper_node_cpu_mode_ratio", cpu=top, mode="system") or 0
         sat = v.by("reaper_node_cpu_saturated_seconds_total", "cpu")
         row("node cpu", f"busiest core cpu{top} {busy[top]:.0%} busy ({system:.0%} system); "
                         f"seconds saturated: {_pairs({f'cpu{k}': n for k, n in sat.items()}, _seconds)}")
+    elif v.get("reaper_node_cpu_busiest_ratio", mode="busy") is not None:      # the summary (default)
+        top = v.get("reaper_node_cpu_busiest_ratio", mode="busy")
+        system = v.get("reaper_node_cpu_busiest_ratio", mode="system") or 0
+        text = f"busiest core {top:.0%} busy, system up to {system:.0%}"
+        cores = v.get("reaper_node_cpus")
+        if cores is not None:
+            text += f"; {_n(v.get('reaper_node_cpu_saturated_cores') or 0)} of {_n(cores)} cores saturated now"
+        any_sat = v.get("reaper_node_cpu_any_saturated_seconds_total")
+        if any_sat is not None:
+            most = v.get("reaper_node_cpu_busiest_saturated_seconds_total") or 0
+            text += f"; seconds saturated: any core {_seconds(any_sat)}, the busiest core {_seconds(most)}"
+        row("node cpu", text)
     mem = v.get("reaper_node_cgroups", controller="memory")
     if v.get("reaper_node_memory_cgroups_available") is not None:
         text = f"{_n(mem)} memory cgroups on the node (/proc/cgroups, dying ones included)" if mem is not None \
@@ -394,7 +406,7 @@ def _watch_config(argv: list):
 
 
 def watch_command(argv: list, sfd: int) -> int:
-    from reaper import metrics
+    from reaper import metrics, options
     from reaper._native import EV_SIGNAL, Waiter, ms_until
     from reaper.boundary import Policy
     from reaper.log import Log
@@ -404,6 +416,9 @@ def watch_command(argv: list, sfd: int) -> int:
     if os.getpid() == 1:
         raise _Usage("is a sidecar and must not be PID 1 (run 'reaper -- COMMAND' as the init instead)")
     log = Log(cfg.verbosity)
+    idle = cfg.idle_budget_options()
+    if idle:
+        log.warn(f"{', '.join(idle)}: {options.IDLE_BUDGET_HINT}")
     stats = Stats()
     stats.main_state = "none"
     try:

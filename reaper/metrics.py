@@ -5,7 +5,10 @@ still fails before the child starts:
 
 - prepare() (before the spawn): binds the listening socket with the socket
   module only and checks that the metrics file can be written. Errors are one
-  SetupError line.
+  SetupError line, except a port in use or an address not (yet) on this host:
+  one WARN line, and the sampler thread retries the bind with backoff
+  (BIND_RETRY_FIRST doubling up to BIND_RETRY_MAX) until it works. A port taken
+  by another pod of a hostNetwork node must not stop the container.
 - Exporter.start() (after the spawn): imports prometheus_client, serves HTTP on
   the pre-bound socket from one thread (reaper/httpserver.py) and starts a
   sampler thread (per-core CPU every second, visible memory cgroups every
@@ -32,6 +35,12 @@ CGROUP_INTERVAL = 10.0      # seconds between counts of visible memory cgroups (
 SCAN_MAX_AGE = 0.5          # a /proc scan is reused by scrapes within this many seconds
 TOP = 10                    # at most this many zombie parents / strays are labelled
 LISTEN_BACKLOG = 1024       # accept() queue: a flood of connects must not drop a scraper's SYN
+BIND_RETRY_FIRST = 1.0      # seconds from the start to the first retry of a bind that failed for now
+BIND_RETRY_MAX = 30.0       # the retries' interval doubles up to this
+# Bind failures that may end by themselves (another pod frees the port, an interface
+# comes up): reaper goes on and retries. Any other one is a usage error before the spawn.
+BIND_LATER = (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
+_DONE = object()            # a sampler piece that returns it is never run again
 # What the collector reads; reaper_source_available says which it could read for a scrape.
 SOURCES = ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "cgroup_tree", "cgroup_stat", "self_memory")
 
@@ -44,8 +53,16 @@ class SetupError(Exception):
 
 def prepare(cfg, stats, log, mode: str = "init") -> "Exporter":
     # The metrics file was checked when the options were parsed (reaper.values.check_writable).
-    sock = _bind(cfg.metrics_address, cfg.metrics_port) if cfg.metrics_port is not None else None
-    return Exporter(cfg, stats, log, sock, mode)
+    sock = later = None
+    if cfg.metrics_port is not None:
+        target = _resolve(cfg.metrics_address, cfg.metrics_port)
+        try:
+            sock = _bind(*target)
+        except OSError as e:         # BIND_LATER: the sampler retries (Exporter._retry_bind)
+            later = target
+            log.warn(f"{_bind_problem(target, e)}: reaper goes on without /metrics and /healthz and retries "
+                     f"the bind in the background ({BIND_RETRY_FIRST:g} s, doubling up to {BIND_RETRY_MAX:g} s)")
+    return Exporter(cfg, stats, log, sock, mode, later)
 
 
 def _resolve(address: str, port: int) -> tuple:
@@ -67,9 +84,12 @@ def _resolve(address: str, port: int) -> tuple:
     return family, sockaddr
 
 
-def _bind(address: str, port: int) -> socket.socket:
-    family, sockaddr = _resolve(address, port)
-    where = f"[{sockaddr[0]}]:{port}" if family == socket.AF_INET6 else f"{sockaddr[0]}:{port}"
+def _where(family, sockaddr) -> str:
+    return f"[{sockaddr[0]}]:{sockaddr[1]}" if family == socket.AF_INET6 else f"{sockaddr[0]}:{sockaddr[1]}"
+
+
+def _listen(family, sockaddr) -> socket.socket:
+    """A listening socket on sockaddr; raises OSError as socket(), bind() and listen() do."""
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a restart within TIME_WAIT works
@@ -77,16 +97,35 @@ def _bind(address: str, port: int) -> socket.socket:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(sockaddr)
         sock.listen(LISTEN_BACKLOG)
-    except OSError as e:
+    except BaseException:
         sock.close()
-        if e.errno == errno.EADDRINUSE:
-            raise SetupError(f"--metrics-port: {where} is already in use") from None
-        if e.errno == errno.EADDRNOTAVAIL:
-            raise SetupError(f"--metrics-address: {sockaddr[0]} is not an address of this host") from None
-        if e.errno == errno.EACCES:
-            raise SetupError(f"--metrics-port: no permission to bind {where}") from None
-        raise SetupError(f"--metrics-address: cannot listen on {where}: {e.strerror}") from None
+        raise
     return sock
+
+
+def _bind(family, sockaddr) -> socket.socket:
+    """_listen(), with its failures sorted: OSError for those that may end by themselves
+    (BIND_LATER), SetupError for the others. EACCES (a port below
+    net.ipv4.ip_unprivileged_port_start without CAP_NET_BIND_SERVICE) is one of these:
+    the kernel checks it before it looks whether the port is free, and a process
+    never gains the capability later, so no retry could ever succeed."""
+    try:
+        return _listen(family, sockaddr)
+    except OSError as e:
+        if e.errno in BIND_LATER:
+            raise
+        if e.errno == errno.EACCES:
+            raise SetupError(f"--metrics-port: no permission to bind {_where(family, sockaddr)}") from None
+        raise SetupError(f"--metrics-address: cannot listen on {_where(family, sockaddr)}: {e.strerror}") from None
+
+
+def _bind_problem(target, e: OSError) -> str:
+    family, sockaddr = target
+    if e.errno == errno.EADDRINUSE:
+        return f"--metrics-port: {_where(family, sockaddr)} is already in use"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return f"--metrics-address: {sockaddr[0]} is not an address of this host (yet)"
+    return f"--metrics-address: cannot listen on {_where(family, sockaddr)}: {e.strerror}"
 
 
 def _tmp_name(path: str) -> str:
@@ -99,12 +138,16 @@ def _tmp_name(path: str) -> str:
 # --- after the spawn ---------------------------------------------------------------
 
 class Exporter:
-    def __init__(self, cfg, stats, log, sock: socket.socket | None, mode: str) -> None:
+    def __init__(self, cfg, stats, log, sock: socket.socket | None, mode: str, later=None) -> None:
         self.cfg = cfg
         self.stats = stats
         self.log = log
         self.sock = sock
         self.mode = mode
+        self.later = later              # (family, sockaddr) the sampler binds once it can (BIND_LATER)
+        self.listening = False          # the endpoint is bound and served: reaper_metrics_listening
+        self._retry_wait = BIND_RETRY_FIRST
+        self._retries = 0
         self.cpu = None                 # nodestats.CpuSampler while per-core CPU can be read
         self.memory_visible: int | None = None     # walked by the sampler: may be a big tree
         self.collector = None
@@ -126,11 +169,13 @@ class Exporter:
         return [_ClosePlugin(self)]
 
     def _start(self, scope) -> None:
-        from reaper import httpserver, nodestats    # after the spawn: not on the path to the child's exec
+        # After the spawn: not on the path to the child's exec. httpserver now too, so that a
+        # bind retried later (Exporter._retry_bind) imports nothing.
+        from reaper import httpserver, nodestats  # noqa: F401
 
         # What a scrape imports, imported now: out of descriptors, a first scrape could not open it.
         import prometheus_client.core  # noqa: F401
-        from prometheus_client import CollectorRegistry, ProcessCollector
+        from prometheus_client import CollectorRegistry, ProcessCollector  # noqa: F401
 
         self.collector = ReaperCollector(self, scope)
         if self.cfg.metrics_file:
@@ -138,27 +183,74 @@ class Exporter:
             self.file_registry = CollectorRegistry()
             self.file_registry.register(self.collector)
         try:
-            self.cpu = nodestats.CpuSampler()
+            if _node_metrics(self.cfg) != "off":       # off: /proc/stat is never read
+                self.cpu = nodestats.CpuSampler()
         except OSError as e:      # no /proc: reaper_source_available{source="proc_stat"} says so
             self.log.debug(f"metrics: cannot read /proc/stat ({e.strerror}): no per-core CPU")
         self._sampler = threading.Thread(target=self._sample_loop, name="reaper-metrics-sampler", daemon=True)
         self._sampler.start()
         if self.sock is not None:
-            registry = CollectorRegistry()
-            registry.register(self.collector)
-            registry.register(_Guarded(ProcessCollector(registry=None), "process", self.log))
-            self.server = httpserver.Server(self.sock, _routes(registry, self.log), self.log)
-            self.server.start()
+            self._serve()
             self.log.debug(f"metrics: serving on {self.sock.getsockname()[:2]}")
+
+    def _serve(self) -> None:
+        """Serves HTTP on self.sock from the server thread (started once, here)."""
+        from prometheus_client import CollectorRegistry, ProcessCollector
+
+        from reaper import httpserver
+
+        registry = CollectorRegistry()
+        registry.register(self.collector)
+        registry.register(_Guarded(ProcessCollector(registry=None), "process", self.log))
+        self.server = httpserver.Server(self.sock, _routes(registry, self.log), self.log)
+        self.server.start()
+        self.listening = True
+
+    def _retry_bind(self):
+        """The sampler's piece while the port is taken (or the address not up): one bind
+        per wake-up, BIND_RETRY_FIRST doubling up to BIND_RETRY_MAX apart; _DONE once
+        served, so no wake-up is left for it. Raises (the piece is switched off) on a
+        failure no retry can mend, or when the server cannot start."""
+        self._retries += 1
+        try:
+            sock = _listen(*self.later)
+        except OSError as e:
+            if e.errno not in BIND_LATER:
+                raise
+            self._retry_wait = min(self._retry_wait * 2, BIND_RETRY_MAX)    # 1 s after the start, 2, 4 ... 30
+            self.log.debug(f"metrics: {_bind_problem(self.later, e)}; next try in {self._retry_wait:g} s")
+            return self._retry_wait
+        self.sock = sock
+        try:
+            self._serve()
+        except BaseException:
+            self._release()
+            self.server = self.sock = None
+            if self._stop.is_set():      # abort() closed the new socket under it: nothing to say
+                return _DONE
+            raise
+        if self._stop.is_set():          # abort() ran meanwhile and may have missed the new server
+            self._release()
+            return _DONE
+        self.log.info(f"metrics: serving on {_where(*self.later)} (bound at try {self._retries + 1})")
+        return _DONE
+
+    def _release(self) -> None:
+        """Stops the server and closes the port; never raises."""
+        self.listening = False
+        for step in (lambda: self.server is not None and self.server.stop(),
+                     lambda: self.sock is not None and self.sock.close()):
+            try:
+                step()
+            except BaseException:
+                pass
 
     def abort(self) -> None:
         """Releases what start() took, best effort; never raises (the failure boundary
         calls it when start() failed). Clients then get "connection refused", not a hang."""
-        steps = [self._stop.set]                    # the sampler ends at its next wake-up
-        if self.server is not None:
-            steps.append(self.server.stop)          # ends the server thread, closes its connections
-        if self.sock is not None:
-            steps.append(self.sock.close)           # now, even if the server thread is mid-scrape
+        # The stop first: a bind the sampler makes after it sees it and releases itself.
+        steps = [self._stop.set,                    # the sampler ends at its next wake-up
+                 self._release]                     # ends the server thread, closes the port and connections
         for step in steps:
             try:
                 step()
@@ -175,6 +267,8 @@ class Exporter:
         pieces.append(["memory cgroup count", self._count_memory_cgroups, CGROUP_INTERVAL, now])
         if self.file_registry is not None:
             pieces.append(["metrics file", self.write_file, self.cfg.metrics_interval, now])
+        if self.later is not None and self.sock is None:
+            pieces.append(["metrics port", self._retry_bind, BIND_RETRY_FIRST, now + BIND_RETRY_FIRST])
         while pieces:
             for piece in list(pieces):
                 name, run, interval, due = piece
@@ -182,8 +276,11 @@ class Exporter:
                 if now < due:
                     continue
                 try:
-                    run()
-                    piece[3] = now + interval
+                    after = run()           # None: due again after interval; seconds; or _DONE
+                    if after is _DONE:
+                        pieces.remove(piece)
+                        continue
+                    piece[3] = now + (interval if after is None else after)
                 except Exception as e:
                     pieces.remove(piece)
                     self._switch_off(name, e)
@@ -299,6 +396,11 @@ def _routes(registry, log):
 
 # --- what is exported --------------------------------------------------------------
 
+def _node_metrics(cfg) -> str:
+    """--node-metrics: summary (the default), per-core or off."""
+    return getattr(cfg, "node_metrics", "summary")
+
+
 def _copy(counter) -> dict:
     # dict(d) is one C call under the GIL: safe while the loop adds keys.
     return dict(counter) if counter else {}
@@ -327,6 +429,8 @@ class ReaperCollector:
                               "1 if reaper could read the source for this scrape; the metrics of a source "
                               "it could not read are left out", labels=["source"])
         for source in SOURCES:
+            if source == "proc_stat" and _node_metrics(self.x.cfg) == "off":
+                continue                   # not read by choice (--node-metrics off), not unreadable
             g.add_metric([source], 1 if available.get(source) else 0)
         yield g
 
@@ -365,6 +469,10 @@ class ReaperCollector:
         yield g
         yield G("reaper_start_time_seconds", "When reaper started, seconds since the epoch", value=s.start_time)
         yield G("reaper_pid", "reaper's pid in its own PID namespace", value=os.getpid())
+        if self.x.cfg.metrics_port is not None:     # 0 only ever in the metrics file: a scrape needs the port
+            yield G("reaper_metrics_listening", "1 once the metrics endpoint is bound and served; 0 while "
+                                                "its port is taken (or its address absent) and the bind is "
+                                                "retried", value=1 if self.x.listening else 0)
 
     def _main_child(self, s, available):
         from prometheus_client.core import GaugeMetricFamily as G
@@ -376,6 +484,8 @@ class ReaperCollector:
             g.add_metric([state], 1 if s.main_state == state else 0)
         yield g
         yield G("reaper_main_child_up", "1 while the main child runs", value=1 if s.main_state == "running" else 0)
+        yield G("reaper_stop_requested", "1 once reaper was asked to stop (SIGTERM, SIGINT, SIGQUIT from "
+                                         "outside) before the main child ended", value=1 if s.stop_requested else 0)
         if s.main_status is not None:
             from reaper.stats import outcome
 
@@ -575,6 +685,18 @@ class ReaperCollector:
                 value=getattr(b, "samples", 0))
         yield C("reaper_budget_stale_cgroups_removed", "Stray cgroups left by reapers that are gone, removed "
                                                        "at start", value=getattr(b, "stale_cgroups_removed", 0))
+        g = G("reaper_strays_over_budget", "Strays over their budget at the last sample, by budget (cpu, "
+                                           "memory; age: past --stray-max-age and still alive)",
+              labels=["reason"])
+        over = dict(getattr(b, "over_budget", None) or {})
+        for reason in ("cpu", "memory", "age"):
+            g.add_metric([reason], over.get(reason, 0))
+        yield g
+        g = G("reaper_budget_cgroups", "Cgroups reaper holds for strays (live), and those removed below its own "
+                                       "that the kernel still holds (dying; cgroup v2 only)", labels=["state"])
+        for state, n in sorted(dict(getattr(b, "cgroups", None) or {"live": 0}).items()):
+            g.add_metric([state], n)
+        yield g
         g = G("reaper_budget_info", "Budgets are on; mechanism: how CPU throttling is done; memory_mechanism: "
                                     "how memory budgets are held", labels=["mechanism", "memory_mechanism"])
         g.add_metric([getattr(b, "mechanism", "") or "none", getattr(b, "memory_mechanism", "") or "none"], 1)
@@ -583,8 +705,9 @@ class ReaperCollector:
         for metric, doc, field in (
                 ("reaper_stray_cpu_cores", f"CPU cores used by the {TOP} busiest strays (comm, never the "
                                            "command line)", "cpu_cores"),
-                ("reaper_stray_memory_bytes", f"Resident memory of the {TOP} strays holding most (comm, never "
-                                              "the command line)", "memory_bytes")):
+                ("reaper_stray_memory_bytes", f"Private memory (what a stray alone holds: shared pages left out) "
+                                              f"of the {TOP} strays holding most (comm, never the command line)",
+                 "memory_bytes")):
             g = G(metric, doc, labels=["pid", "name", "action"])
             for d in sorted(strays, key=lambda d: -float(d.get(field, 0) or 0))[:TOP]:
                 g.add_metric([str(d.get("pid", "")), str(d.get("name", ""))[:32],
@@ -609,32 +732,46 @@ class ReaperCollector:
     # --- node signals (from the sampler thread) ---
 
     def _node_cpu(self, s, available):
+        """Node CPU from the sampler. summary (the default): a fixed number of series
+        whatever the cores; per-core: also 7 series per core; off: nothing (no sampler)."""
         from prometheus_client.core import CounterMetricFamily as C, GaugeMetricFamily as G
 
         from reaper import nodestats
 
+        mode = _node_metrics(self.x.cfg)
+        if mode == "off":
+            return
         cpu = self.x.cpu                   # None once the sampler switched it off
         available["proc_stat"] = cpu is not None and cpu.available
         if not available["proc_stat"] or not cpu.ratios:
             return
-        ratios = dict(cpu.ratios)
+        ratios = dict(cpu.ratios)          # one sample: the sampler replaces the dict whole
+        sat = f"{nodestats.SATURATED:.0%}"
+        g = G("reaper_node_cpu_busiest_ratio", "The highest per-core ratio over the last second, by mode "
+                                               "(busy: all non-idle time)", labels=["mode"])
+        for m in ("busy",) + nodestats.CPU_MODES:
+            g.add_metric([m], max(r[m] for r in ratios.values()))
+        yield g
+        yield G("reaper_node_cpus", "Cores sampled from the host-wide /proc/stat", value=len(ratios))
+        yield G("reaper_node_cpu_saturated_cores", f"Cores at >= {sat} busy over the last second",
+                value=sum(1 for r in ratios.values() if r["busy"] >= nodestats.SATURATED))
+        yield C("reaper_node_cpu_any_saturated_seconds", f"Seconds in which at least one core was at >= {sat} "
+                                                         "busy", value=cpu.any_saturated)
+        yield C("reaper_node_cpu_busiest_saturated_seconds", f"Seconds at >= {sat} busy of the core that has "
+                                                             "most of them", value=cpu.busiest_saturated())
+        if mode != "per-core":
+            return
         g = G("reaper_node_cpu_mode_ratio", "Share of each core's time in a mode over the last second "
                                             "(host-wide /proc/stat)", labels=["cpu", "mode"])
         busy = G("reaper_node_cpu_busy_ratio", "Share of each core's time not idle (nor iowait) over the "
                                                "last second", labels=["cpu"])
         for n in sorted(ratios):
-            for mode in nodestats.CPU_MODES:
-                g.add_metric([str(n), mode], ratios[n][mode])
+            for m in nodestats.CPU_MODES:
+                g.add_metric([str(n), m], ratios[n][m])
             busy.add_metric([str(n)], ratios[n]["busy"])
         yield g
         yield busy
-        g = G("reaper_node_cpu_busiest_ratio", "The highest per-core ratio over the last second, by mode "
-                                               "(busy: all non-idle time)", labels=["mode"])
-        for mode in ("busy",) + nodestats.CPU_MODES:
-            g.add_metric([mode], max(r[mode] for r in ratios.values()))
-        yield g
-        c = C("reaper_node_cpu_saturated_seconds", f"Seconds each core spent at >= "
-                                                   f"{nodestats.SATURATED:.0%} busy", labels=["cpu"])
+        c = C("reaper_node_cpu_saturated_seconds", f"Seconds each core spent at >= {sat} busy", labels=["cpu"])
         for n, secs in sorted(dict(cpu.saturated).items()):
             c.add_metric([str(n)], secs)
         yield c

@@ -100,22 +100,32 @@ def read_cpu_times(proc: str = "/proc") -> dict:
 
 
 class CpuSampler:
-    """Busy ratios per core over the last interval, and seconds each core spent saturated.
+    """Busy ratios per core over the last interval, seconds each core spent saturated,
+    and seconds in which any core was.
 
     /proc/stat is host-wide even inside a container: this is the per-core view
     that finds one core at 100 % system time while the machine average looks fine.
+    The accounting is per core whatever is exported (reaper/metrics.py exports a
+    summary of it by default, the per-core figures with --node-metrics per-core).
     """
 
     def __init__(self, proc: str = "/proc") -> None:
         self.proc = proc
         self.ratios: dict = {}        # cpu -> {mode: ratio, "busy": ratio}
-        self.saturated: dict = {}     # cpu -> seconds at >= SATURATED
+        self.saturated: dict = {}     # cpu -> seconds at >= SATURATED (never removed: its max only grows)
+        self.any_saturated = 0.0      # seconds in which at least one core was at >= SATURATED
         self._prev = read_cpu_times(proc)
         self.available = bool(self._prev)
+
+    def busiest_saturated(self) -> float:
+        """The saturated seconds of the core that has most: a max over counters that
+        only grow, so it only grows too."""
+        return max(dict(self.saturated).values(), default=0.0)
 
     def sample(self) -> None:
         cur = read_cpu_times(self.proc)
         ratios = {}
+        any_saturated = 0.0           # the interval, as long as the longest saturated core counted it
         for cpu, now in cur.items():
             before = self._prev.get(cpu)
             if before is None:
@@ -131,6 +141,8 @@ class CpuSampler:
             self.saturated.setdefault(cpu, 0.0)
             if busy >= SATURATED:
                 self.saturated[cpu] += total / CLK_TCK
+                any_saturated = max(any_saturated, total / CLK_TCK)
+        self.any_saturated += any_saturated
         self._prev = cur
         self.ratios = ratios
 

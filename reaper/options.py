@@ -32,6 +32,12 @@ MAX_SECONDS = 7 * 86400
 _MAX_VERBOSITY = {"REAPER_VERBOSITY": 3, "TINI_VERBOSITY": 4}
 
 
+# The settings that turn budgets on; every other option of the budget section tunes them.
+BUDGETS = ("cpu_budget", "cpu_budget_total", "memory_budget", "memory_budget_total", "stray_max_age")
+IDLE_BUDGET_HINT = ("set (as a flag or its variable) but without effect: no budget is given (--cpu-budget, "
+                    "--cpu-budget-total, --memory-budget, --memory-budget-total or --stray-max-age)")
+
+
 class UsageError(Exception):
     """Bad input: one line on stderr and exit status 2, before the child starts."""
 
@@ -82,6 +88,7 @@ class Config:
     metrics_address = "0.0.0.0"
     metrics_file = None
     metrics_interval = 10.0
+    node_metrics = "summary"      # summary | per-core | off: what of /proc/stat is exported
     summary_file = None
 
     def __init__(self) -> None:
@@ -100,8 +107,15 @@ class Config:
 
     @property
     def budgets_enabled(self) -> bool:
-        return any(v is not None for v in (self.cpu_budget, self.cpu_budget_total, self.memory_budget,
-                                             self.memory_budget_total, self.stray_max_age))
+        return any(getattr(self, dest) is not None for dest in BUDGETS)
+
+    def idle_budget_options(self) -> list:
+        """The budget settings given (as a flag or a variable) that do nothing because no
+        budget is: their flags, for one warning at start."""
+        if self.budgets_enabled:
+            return []
+        return ["--" + o.long for o in OPTIONS if o.section == "budget" and o.dest not in BUDGETS and
+                getattr(self, o.dest) != ([] if o.kind == "list" else getattr(Config, o.dest))]
 
     @property
     def services_enabled(self) -> bool:
@@ -229,6 +243,7 @@ def _action(text: str) -> str:
 
 
 RESTART_POLICIES = ("always", "on-failure", "never")
+NODE_METRICS_MODES = ("summary", "per-core", "off")
 SERVICE_FAILURE_ACTIONS = ("ignore", "stop")
 
 
@@ -387,6 +402,11 @@ OPTIONS = (
            "PATH", _later("writable_file"), env=("REAPER_METRICS_FILE",), section="metrics"),
     Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes (10)",
            "SECONDS", _seconds_positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
+    Option("node-metrics", "", "node_metrics", "value",
+           "summary | per-core | off: node CPU from /proc/stat as 10 series whatever the cores; per-core "
+           "adds 7 a core; off reads nothing (summary)",
+           "MODE", _choice(NODE_METRICS_MODES, "node metrics mode"), env=("REAPER_NODE_METRICS",),
+           section="metrics"),
     Option("summary-file", "", "summary_file", "value", "write the exit summary (JSON) to PATH",
            "PATH", _later("writable_file"), env=("REAPER_SUMMARY_FILE",), section="metrics"),
 )

@@ -48,6 +48,11 @@ class BudgetStats:
         self.memory_mechanism = ""
         self.samples = 0
         self.stale_cgroups_removed = 0       # reaper-strays.* left by reapers that are gone
+        # Strays over their budget at the last sample, by reason (cpu, memory, age).
+        self.over_budget = {"cpu": 0, "memory": 0, "age": 0}
+        # The cgroups reaper holds for strays: {"live": n} and, on cgroup v2, "dying": removed
+        # below reaper's own, still held by the kernel.
+        self.cgroups = {"live": 0}
         # Strays alive at the last sample, busiest first, for `reaper stats`:
         # dicts {pid, name, cpu_cores (averaged over the window), memory_bytes (resident),
         # action (strongest response applied: none, observe, nice, throttle, terminate,
@@ -65,6 +70,9 @@ class Stats:
         self.main_exit_code: "int | None" = None  # N or 128+N, before -e remapping
         self.exit_status: "int | None" = None   # reaper's own, after remapping
         self.phase = "running"                # running, draining, killing, done
+        # A stop signal from outside (SIGTERM, SIGINT, SIGQUIT) arrived before the main child
+        # ended: its end was asked for, whatever status it ends with.
+        self.stop_requested = False
         # Children reaped as events (the main child; every child with -w or debug):
         self._reaped = Counter()              # (kind, outcome) -> count; kind main|orphan|supervised
         self._cpu = 0.0

@@ -30,6 +30,8 @@ FORCE_AFTER = 3          # the third SIGTERM/SIGINT kills everything at once
 # Job control: received, forwarded, then reaper stops itself (not as PID 1); a
 # main child stopped by one of them is followed (reaper stops too).
 JOB_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+# A stop asked from outside (Kubernetes, docker stop, Ctrl-C, Ctrl-\\): reaper_stop_requested.
+STOP_REQUESTS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 _STOPS = (1 << (signal.SIGSTOP - 1),
@@ -236,6 +238,8 @@ class Supervisor:
             return
         if ev.forwarded == signal.SIGTERM:
             self.stop_forwarded = True
+        if signo in STOP_REQUESTS and self.stats.main_state in ("starting", "running"):
+            self.stats.stop_requested = True
         if signo == signal.SIGTERM or signo == signal.SIGINT:
             self.term_count += 1
         self.policy.call("statistics", self._record_signal, ev)

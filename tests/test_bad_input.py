@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import REAPER, clean_env, one_line as _one_line, refused, refused_sub
+from conftest import REAPER, clean_env, free_port, one_line as _one_line, refused, refused_sub
 
 TIMEOUT = 30
 TIME_FLAGS = ["--grace", "--budget-window", "--budget-grace", "--budget-kill-after", "--budget-interval",
@@ -165,6 +165,13 @@ def test_bad_metrics_address_variable(tmp_path):
 
 def test_watch_bad_metrics_address():
     refused_sub("watch", ["--metrics-address", "256.1.1.1"], "--metrics-address", "bad address")
+
+
+@pytest.mark.parametrize("value", ["per-cpu", "Summary", "", "all"])
+def test_bad_node_metrics_mode(tmp_path, value):
+    refused(tmp_path, ["--node-metrics", value, "--metrics-port", str(free_port())], "--node-metrics",
+            "unknown node metrics mode", "choose from summary, per-core, off")
+    refused(tmp_path, [], "REAPER_NODE_METRICS", "unknown node metrics mode", env={"REAPER_NODE_METRICS": value})
 
 
 # --- 7. help, version and stats output to a closed or full stdout ----------------------------

@@ -81,6 +81,28 @@ def test_observe_only_logs(reaper, tmp_path):
     assert summary_file(summary)["budget_actions"] == {}
 
 
+def test_strays_over_budget_stay_counted_while_they_stay_over(reaper):
+    """reaper_strays_over_budget is what an alert needs: a stray that stays over its budget
+    stays counted at every sample (the violations counter moved once, when it went over)."""
+    from metrics_helpers import start_with_metrics, wait_scrape
+
+    busy, idle = bh.marker(), bh.marker()
+    r, port = start_with_metrics(
+        reaper, bh.orphans_then_sleep(bh.busy_argv(busy, share=0.5),
+                                      f"{PYTHON} -c 'import time; time.sleep(600)' -c {idle}"),
+        ["--cpu-budget", "0.05", "--stray-max-age", "2", "--budget-action", "observe", *FAST])
+    tagged(busy)
+    s = wait_scrape(port, lambda s: s.value("reaper_strays_over_budget", reason="cpu") == 1 and
+                    s.value("reaper_strays_over_budget", reason="age") == 2, "the strays over budget", 30)
+    first = s.value("reaper_budget_samples_total")
+    s = wait_scrape(port, lambda s: s.value("reaper_budget_samples_total") >= first + 6, "6 more samples", 30)
+    assert s.value("reaper_strays_over_budget", reason="cpu") == 1          # still over, still counted
+    assert s.value("reaper_strays_over_budget", reason="age") == 2          # observe: both live on, past their age
+    assert s.value("reaper_strays_over_budget", reason="memory") == 0
+    assert s.value("reaper_budget_violations_total", action="observe", reason="cpu") == 1     # went over once
+    assert stop(r) == 143
+
+
 # --- throttling: cgroup v1, duty-cycling, cgroup v2 --------------------------
 
 @pytest.mark.skipif(not _v1_writable(), reason="needs root and a writable cgroup v1 cpu hierarchy")

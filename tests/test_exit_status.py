@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from conftest import refused, run_reaper
+from conftest import refused, run_reaper, wait_for_file
 
 
 @pytest.mark.parametrize("code", [0, 1, 3, 255])
@@ -149,3 +149,32 @@ def test_a_command_name_that_is_not_utf8_is_shown_escaped():
     assert r.proc.returncode == 127
     line = _one_error_line(r)
     assert r"'no-such-\xff'" in line and "udcff" not in line, line
+
+
+def _final_metrics(path) -> dict:
+    """name{labels} -> value from the metrics file reaper writes at exit."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_the_final_metrics_say_whether_a_stop_was_requested(reaper, tmp_path):
+    """reaper_stop_requested: 1 when a SIGTERM from outside asked for the end (the main
+    child's exit 1 is then a stop, not a failure: ReaperMainChildFailed stays silent), 0
+    when the main child failed on its own."""
+    child = ["sh", "-c", "trap 'exit 1' TERM; echo up; while :; do sleep 1 & wait; done"]
+    stopped, failed = tmp_path / "stopped.prom", tmp_path / "failed.prom"
+    r = reaper(["--exit-zero-on-stop", "--metrics-file", str(stopped), "--", *child])
+    assert r.readline() == "up"
+    wait_for_file(stopped, contains="reaper_stop_requested 0")          # running, nothing asked yet
+    r.send(signal.SIGTERM)
+    assert r.wait() == 0
+    m = _final_metrics(stopped)
+    assert m["reaper_stop_requested"] == 1 and m['reaper_main_child_outcome{outcome="exited_nonzero"}'] == 1, m
+    r = reaper(["--exit-zero-on-stop", "--metrics-file", str(failed), "--", "sh", "-c", "exit 1"])
+    assert r.wait() == 1
+    m = _final_metrics(failed)
+    assert m["reaper_stop_requested"] == 0 and m['reaper_main_child_outcome{outcome="exited_nonzero"}'] == 1, m

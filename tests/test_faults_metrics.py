@@ -158,7 +158,7 @@ def test_scrape_succeeds_without_proc():
         for source in ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "self_memory"):
             assert s.value("reaper_source_available", source=source) == 0, source
         for left_out in ("reaper_zombies", "reaper_processes", "reaper_resident_memory_bytes",
-                         "reaper_node_cpu_busy_ratio", "reaper_cgroup_pids"):
+                         "reaper_node_cpu_busiest_ratio", "reaper_node_cpus", "reaper_cgroup_pids"):
             assert not s.samples(left_out), left_out
         assert s.value("reaper_cgroup_pids_available") == 0
         assert s.value("reaper_node_memory_cgroups_available") == 0
@@ -302,7 +302,7 @@ def test_a_failing_sampler_piece_is_logged_once_and_switched_off(tmp_path, monke
         s = Scrape(get(port)[2])
         assert s.value("reaper_source_available", source="proc_stat") == 0
         assert s.value("reaper_source_available", source="proc") == 1
-        assert not s.samples("reaper_node_cpu_busy_ratio")
+        assert not s.samples("reaper_node_cpu_busiest_ratio") and not s.samples("reaper_node_cpus")
         assert s.value("reaper_log_lines_dropped_total") == 3
         warned = [msg for level, msg in log.lines if level in ("warn", "error")]
         assert len(warned) == 1 and "per-core CPU" in warned[0] and "switched off" in warned[0], warned

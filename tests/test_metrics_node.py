@@ -1,6 +1,9 @@
-"""Node signals: per-core CPU follows a busy loop pinned to one core; cgroup counts and pids."""
+"""Node signals: per-core CPU (--node-metrics per-core) and its summary (the default)
+follow a busy loop pinned to one core; the default's series do not grow with the cores;
+cgroup counts and pids."""
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -16,8 +19,9 @@ SYSTEM_LOOP = ("import os, sys, time\nfd = os.open('/dev/zero', os.O_RDONLY)\nbu
                "while time.monotonic() < end: os.readv(fd, buf)\n")
 
 
-def _metrics_reaper(reaper, tmp_path, **kw):
-    r, port = start_with_metrics(reaper, ["sh", "-c", f"echo ready > {tmp_path}/ready; exec sleep 300"], **kw)
+def _metrics_reaper(reaper, tmp_path, flags=(), **kw):
+    r, port = start_with_metrics(reaper, ["sh", "-c", f"echo ready > {tmp_path}/ready; exec sleep 300"],
+                                 flags, **kw)
     wait_for_file(tmp_path / "ready", 20)
     return r, port
 
@@ -32,7 +36,7 @@ def _load(cpu: int, code: str, seconds: float) -> subprocess.Popen:
 def test_core_signals_follow_a_pinned_busy_loop(reaper, tmp_path, mode, code):
     # Events, not durations: the loaded core shows up busy, in the loop's mode, and
     # its saturated seconds grow. (How many seconds per second: the recorded test below.)
-    r, port = _metrics_reaper(reaper, tmp_path)
+    r, port = _metrics_reaper(reaper, tmp_path, ["--node-metrics", "per-core"])
     cpu = max(os.sched_getaffinity(0))
     label = str(cpu)
     s = wait_scrape(port, lambda s: s.value("reaper_node_cpu_busy_ratio", cpu=label) is not None,
@@ -55,6 +59,62 @@ def test_core_signals_follow_a_pinned_busy_loop(reaper, tmp_path, mode, code):
         load.wait(30)
 
 
+def _no_cpu_label(s) -> list:
+    return [(x.name, x.labels) for f in s.families.values() for x in f.samples if "cpu" in x.labels]
+
+
+@pytest.mark.xdist_group("cpu-heavy")     # one core must be visibly busy
+def test_the_default_summary_shows_a_pinned_busy_core_without_per_core_series(reaper, tmp_path):
+    """By default (summary) a saturated core shows in a handful of series, none of them
+    labelled by core: the saturated-core count, the seconds any core and the busiest core
+    spent saturated, and the busiest ratio."""
+    r, port = _metrics_reaper(reaper, tmp_path)
+    cpu = max(os.sched_getaffinity(0))
+    s = wait_scrape(port, lambda s: s.value("reaper_node_cpu_busiest_ratio", mode="busy") is not None,
+                    "a first CPU sample")
+    cores = [ln for ln in open("/proc/stat") if ln[:3] == "cpu" and ln[3].isdigit()]
+    assert s.value("reaper_node_cpus") == len(cores)
+    assert not s.samples("reaper_node_cpu_busy_ratio") and not s.samples("reaper_node_cpu_mode_ratio")
+    assert not s.samples("reaper_node_cpu_saturated_seconds_total")
+    assert _no_cpu_label(s) == []
+    assert s.type("reaper_node_cpu_any_saturated_seconds") == "counter"
+    assert s.type("reaper_node_cpu_busiest_saturated_seconds") == "counter"
+    any_before = s.value("reaper_node_cpu_any_saturated_seconds_total")
+    most_before = s.value("reaper_node_cpu_busiest_saturated_seconds_total")
+    load = _load(cpu, USER_LOOP, LOAD_SECONDS)
+    try:
+        s = wait_scrape(port, lambda s: s.value("reaper_node_cpu_saturated_cores") >= 1
+                        and s.value("reaper_node_cpu_busiest_ratio", mode="busy") >= 0.95
+                        and s.value("reaper_node_cpu_busiest_ratio", mode="user") >= 0.5,
+                        f"cpu{cpu} saturated in the summary", timeout=30)
+        assert s.value("reaper_node_cpu_saturated_cores") <= s.value("reaper_node_cpus")
+        s = wait_scrape(port, lambda s: s.value("reaper_node_cpu_any_saturated_seconds_total") > any_before
+                        and s.value("reaper_node_cpu_busiest_saturated_seconds_total") > most_before,
+                        "the saturated seconds to grow", timeout=30)
+        # Seconds in which some core was saturated: never fewer than the busiest core's own.
+        assert s.value("reaper_node_cpu_any_saturated_seconds_total") >= \
+            s.value("reaper_node_cpu_busiest_saturated_seconds_total")
+        assert _no_cpu_label(s) == []
+    finally:
+        load.kill()
+        load.wait(30)
+
+
+def test_node_metrics_off_reads_no_proc_stat_and_exports_no_node_cpu(reaper, tmp_path):
+    """--node-metrics off: no reaper_node_cpu_* at all, and proc_stat is not a source
+    (not read by choice, not "unreadable"); the rest of the node signals stay."""
+    from reaper.metrics import SAMPLE_INTERVAL
+
+    r, port = _metrics_reaper(reaper, tmp_path, ["--node-metrics", "off"])
+    # A scrape from after the first sample would have been taken (summary: SAMPLE_INTERVAL in).
+    s = wait_scrape(port, lambda s: time.time() - s.value("reaper_start_time_seconds") > 2 * SAMPLE_INTERVAL,
+                    "reaper two sample intervals old")
+    assert [n for n in s.families if n.startswith("reaper_node_cpu")] == []
+    assert s.value("reaper_source_available", source="proc_stat") is None
+    assert s.value("reaper_source_available", source="proc") == 1
+    assert s.samples("reaper_node_cgroups")
+
+
 def _stat_file(d, jiffies: dict) -> str:
     """A /proc/stat with the given per-CPU jiffies (user nice system idle iowait irq softirq steal)."""
     d.mkdir(exist_ok=True)
@@ -75,6 +135,120 @@ def test_cpu_sampler_ratios_and_saturated_seconds_from_recorded_samples(tmp_path
     assert sampler.ratios[0]["busy"] == 1.0 and sampler.ratios[0]["system"] == 1.0
     assert sampler.ratios[1]["busy"] == 0.25 and sampler.ratios[1]["user"] == 0.25
     assert sampler.saturated == {0: 100 / nodestats.CLK_TCK, 1: 0.0}
+    assert sampler.any_saturated == sampler.busiest_saturated() == 100 / nodestats.CLK_TCK
+    # Next: both cores saturated (cpu1 over 100 jiffies, cpu0 over 50); then none.
+    _stat_file(d, {0: (100, 0, 250, 800, 0, 0, 0, 0), 1: (225, 0, 100, 875, 0, 0, 0, 0)})
+    sampler.sample()
+    assert sampler.saturated == {0: 150 / nodestats.CLK_TCK, 1: 100 / nodestats.CLK_TCK}
+    assert sampler.any_saturated == 200 / nodestats.CLK_TCK        # the interval once, not once per core
+    assert sampler.busiest_saturated() == 150 / nodestats.CLK_TCK
+    _stat_file(d, {0: (100, 0, 250, 900, 0, 0, 0, 0), 1: (225, 0, 100, 975, 0, 0, 0, 0)})
+    sampler.sample()
+    assert sampler.any_saturated == 200 / nodestats.CLK_TCK and sampler.busiest_saturated() == 150 / nodestats.CLK_TCK
+
+
+class _Log:
+    dropped = 0
+
+    def __getattr__(self, level):
+        return lambda msg: None
+
+
+def _cfg(mode: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(metrics_address="127.0.0.1", metrics_port=None, metrics_file=None,
+                           metrics_interval=10.0, budgets_enabled=False, node_metrics=mode)
+
+
+def _collected(tmp_path, mode: str, cores: int) -> list:
+    """(name, labels) of every series the collector gives a scrape, its sampler reading
+    a recorded /proc/stat of `cores` cores (two reads one second apart; cpu0 saturated)."""
+    from types import SimpleNamespace
+
+    from reaper import metrics, nodestats
+    from reaper.stats import Stats
+
+    d = tmp_path / f"proc-{cores}"
+    _stat_file(d, {n: (5000 + n, 20, 3000, 90000 + 7 * n, 40, 3, 11, 0) for n in range(cores)})
+    sampler = nodestats.CpuSampler(str(d))
+    # 100 jiffies each: cpu0 2 user + 98 system, the others 60 user + 5 system + 35 idle.
+    _stat_file(d, {n: (5002, 20, 3098, 90000, 40, 3, 11, 0) if n == 0 else
+                   (5060 + n, 20, 3005, 90035 + 7 * n, 40, 3, 11, 0) for n in range(cores)})
+    sampler.sample()
+    x = metrics.prepare(_cfg(mode), Stats(), _Log())
+    x.cpu = sampler                    # even off: the collector itself must leave it out
+    scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set())
+    return [(smp.name, smp.labels) for fam in metrics.ReaperCollector(x, scope).collect() for smp in fam.samples]
+
+
+def _node_cpu(series: list) -> list:
+    return [(name, lab) for name, lab in series if name.startswith("reaper_node_cpu")]
+
+
+def test_a_default_scrape_has_as_many_series_on_96_cores_as_on_2(tmp_path):
+    """The summary (default) is a fixed set of series whatever the cores; per-core adds
+    7 per core; off has no reaper_node_cpu_* (and no proc_stat source)."""
+    small, big = _collected(tmp_path, "summary", 2), _collected(tmp_path, "summary", 96)
+    assert len(small) == len(big)
+    assert [x for x in big if "cpu" in x[1]] == []
+    assert _node_cpu(small) == _node_cpu(big)           # the same series (names and labels)
+    assert len(_node_cpu(big)) == 10                    # 6 busiest ratios, 2 gauges, 2 counters
+    per_small, per_big = _collected(tmp_path, "per-core", 2), _collected(tmp_path, "per-core", 96)
+    assert len(per_big) - len(big) == 7 * 96 and len(per_small) - len(small) == 7 * 2
+    assert len({lab["cpu"] for _, lab in per_big if "cpu" in lab}) == 96
+    off = _collected(tmp_path, "off", 96)
+    assert _node_cpu(off) == []
+    assert ("reaper_source_available", {"source": "proc_stat"}) not in off
+    assert ("reaper_source_available", {"source": "proc_stat"}) in big
+
+
+def test_the_summary_values_from_recorded_samples(tmp_path):
+    from types import SimpleNamespace
+
+    from reaper import metrics, nodestats
+    from reaper.stats import Stats
+
+    d = tmp_path / "proc"
+    _stat_file(d, {n: (0, 0, 0, 1000, 0, 0, 0, 0) for n in range(96)})
+    sampler = nodestats.CpuSampler(str(d))
+    # cpu5: all system time; cpu7: 97 % user (saturated too); the rest a tenth busy.
+    after = {n: (10, 0, 0, 1090, 0, 0, 0, 0) for n in range(96)}
+    after[5], after[7] = (0, 0, 100, 1000, 0, 0, 0, 0), (97, 0, 0, 1003, 0, 0, 0, 0)
+    _stat_file(d, after)
+    sampler.sample()
+    x = metrics.prepare(_cfg("summary"), Stats(), _Log())
+    x.cpu = sampler
+    scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set())
+    got = {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+           for fam in metrics.ReaperCollector(x, scope).collect() for smp in fam.samples}
+    second = 100 / nodestats.CLK_TCK
+    assert got[("reaper_node_cpus", ())] == 96
+    assert got[("reaper_node_cpu_saturated_cores", ())] == 2
+    assert got[("reaper_node_cpu_busiest_ratio", (("mode", "busy"),))] == 1.0
+    assert got[("reaper_node_cpu_busiest_ratio", (("mode", "system"),))] == 1.0
+    assert got[("reaper_node_cpu_busiest_ratio", (("mode", "user"),))] == 0.97
+    assert got[("reaper_node_cpu_any_saturated_seconds_total", ())] == second
+    assert got[("reaper_node_cpu_busiest_saturated_seconds_total", ())] == second
+
+
+@pytest.mark.parametrize("mode,sampled", [("off", False), ("summary", True), ("per-core", True)])
+def test_only_node_metrics_off_leaves_proc_stat_unread(monkeypatch, mode, sampled):
+    """off starts no per-core sampler (/proc/stat is never read); the others do."""
+    from types import SimpleNamespace
+
+    from reaper import metrics, nodestats
+    from reaper.stats import Stats
+
+    made = []
+    real = nodestats.CpuSampler
+    monkeypatch.setattr(nodestats, "CpuSampler", lambda *a: made.append(a) or real(*a))
+    x = metrics.prepare(_cfg(mode), Stats(), _Log())
+    x.start(SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set()))
+    try:
+        assert bool(made) == sampled and (x.cpu is not None) == sampled
+    finally:
+        x.abort()
 
 
 def test_cgroup_counts(reaper, tmp_path):

@@ -11,7 +11,7 @@ SAMPLE = {  # a valid value for each option that takes one
     "memory_budget": "64M", "memory_budget_total": "1Gi", "stray_max_age": "3600",
     "stray_match": "stress", "protect": "raylet", "stray_cpus": "0", "metrics_port": "9300",
     "metrics_address": "127.0.0.1", "metrics_file": "/tmp/x.prom", "metrics_interval": "3",
-    "summary_file": "/tmp/s.json",
+    "summary_file": "/tmp/s.json", "node_metrics": "per-core",
     "services": "web=sleep 60", "restart": "on-failure", "restart_delay": "0.5",
     "restart_max_delay": "60", "restart_limit": "3/60", "on_service_failure": "stop", "service_ready": "db",
     "wait_ready": "10",
@@ -84,7 +84,8 @@ def test_single_child_overrides_process_group():
                                   ["--stray-cpus", "0-999", "x"], ["--stray-cpus", "a-b", "x"],
                                   ["--metrics-port", "70000", "x"], ["--metrics-port", "٩٠٠٠", "x"],
                                   ["--budget-interval", "86400000", "x"], ["--stray-cpus", "٠", "x"],
-                                  ["--cpu-budget", "inf", "x"], ["--cpu-budget", "nan", "x"]])
+                                  ["--cpu-budget", "inf", "x"], ["--cpu-budget", "nan", "x"],
+                                  ["--node-metrics", "per-cpu", "x"], ["--node-metrics", "", "x"]])
 def test_bad_values(args):
     with pytest.raises(UsageError):
         parse(args, environ={})
@@ -235,3 +236,45 @@ def test_write_stdout_reports_errors_once(capfd):
         os.close(r)
         os.close(w)
     assert capfd.readouterr().err == "reaper test: cannot write to standard output: Bad file descriptor\n"
+
+
+# --- budget settings without a budget: one WARN line, the child runs -----------------
+
+IDLE = "set (as a flag or its variable) but without effect: no budget is given"
+
+
+@pytest.mark.parametrize("args, env, named", [
+    (["--budget-action", "terminate", "--stray-match", "stress"], {}, "--budget-action, --stray-match"),
+    (["--stray-cpus", "0"], {}, "--stray-cpus"),
+    ([], {"REAPER_BUDGET_ACTION": "throttle", "REAPER_PROTECT": "raylet"}, "--budget-action, --protect"),
+])
+def test_budget_settings_without_a_budget_say_so_once_and_the_child_runs(args, env, named):
+    from conftest import run_reaper
+
+    r = run_reaper([*args, "--", "sh", "-c", "echo ran"], env=env)
+    assert r.proc.returncode == 0 and r.stdout.strip() == "ran", r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and " WARN " in lines[0] and f"{named}: {IDLE}" in lines[0], r.stderr
+
+
+def test_budget_settings_with_a_budget_or_at_their_defaults_say_nothing():
+    from conftest import run_reaper
+
+    for args in (["--cpu-budget", "0.5", "--stray-match", "stress", "--budget-action", "terminate"],
+                 ["--budget-action", "nice"]):               # the default: it changes nothing
+        r = run_reaper([*args, "--", "true"])
+        assert r.proc.returncode == 0 and r.stderr == "", (args, r.stderr)
+
+
+def test_watch_says_so_too(tmp_path):
+    import signal
+
+    from conftest import Reaper, wait_for_file
+
+    prom = tmp_path / "m.prom"
+    r = Reaper(["watch", "--metrics-file", str(prom), "--budget-action", "terminate"], pid1=False)
+    wait_for_file(prom, contains="reaper_build_info")
+    r.send(signal.SIGTERM)
+    r.wait()
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and f"--budget-action: {IDLE}" in lines[0], r.stderr

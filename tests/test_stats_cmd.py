@@ -21,7 +21,7 @@ def test_stats_from_url_and_file(reaper, tmp_path):
     wait_for_file(tmp_path / "ready", 20)
     send_and_confirm(r, signal.SIGUSR1, tmp_path / "signals", 1)
     wait_scrape(port, lambda s: s.total("reaper_reaped_total") == 6 and s.value("reaper_zombies") == 1
-                and s.samples("reaper_node_cpu_busy_ratio"), "the orphans reaped")
+                and s.samples("reaper_node_cpu_busiest_ratio"), "the orphans reaped")
     out = _stats("--url", f"http://127.0.0.1:{port}/metrics")
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -32,7 +32,9 @@ def test_stats_from_url_and_file(reaper, tmp_path):
     assert "reaped       6 (orphan 6); orphans by outcome: SIGTERM 1, exited_0 3, exited_nonzero 2" in text
     assert "1 now" in lines["zombies"] and "[2] 1" in lines["zombies"]
     assert "received: SIGUSR1 1; forwarded: SIGUSR1 1" in lines["signals"]
-    assert "busiest core cpu" in lines["node"]
+    # The default summary: no core is named (no per-core series), the saturated ones are counted.
+    assert "busiest core " in lines["node"] and "cores saturated now" in lines["node"], text
+    assert "busiest core cpu" not in lines["node"], text
     assert len(text.splitlines()) <= 20               # compact: fits a terminal
 
     (tmp_path / "go").touch()
@@ -41,6 +43,47 @@ def test_stats_from_url_and_file(reaper, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "exited, exit code 7 (exited_nonzero)" in out.stdout
     assert "phase done" in out.stdout
+
+
+NODE_SUMMARY = """# TYPE reaper_build_info gauge
+reaper_build_info{version="1.0",mode="init"} 1
+# TYPE reaper_node_cpu_busiest_ratio gauge
+reaper_node_cpu_busiest_ratio{mode="busy"} 1.0
+reaper_node_cpu_busiest_ratio{mode="system"} 0.97
+reaper_node_cpu_busiest_ratio{mode="user"} 0.4
+# TYPE reaper_node_cpus gauge
+reaper_node_cpus 96
+# TYPE reaper_node_cpu_saturated_cores gauge
+reaper_node_cpu_saturated_cores 1
+# TYPE reaper_node_cpu_any_saturated_seconds counter
+reaper_node_cpu_any_saturated_seconds_total 530
+# TYPE reaper_node_cpu_busiest_saturated_seconds counter
+reaper_node_cpu_busiest_saturated_seconds_total 520
+"""
+PER_CORE = """# TYPE reaper_node_cpu_busy_ratio gauge
+reaper_node_cpu_busy_ratio{cpu="0"} 0.1
+reaper_node_cpu_busy_ratio{cpu="7"} 1.0
+# TYPE reaper_node_cpu_mode_ratio gauge
+reaper_node_cpu_mode_ratio{cpu="7",mode="system"} 0.97
+# TYPE reaper_node_cpu_saturated_seconds counter
+reaper_node_cpu_saturated_seconds_total{cpu="0"} 0
+reaper_node_cpu_saturated_seconds_total{cpu="7"} 520
+"""
+
+
+@pytest.mark.parametrize("text,expected", [
+    (NODE_SUMMARY, "busiest core 100% busy, system up to 97%; 1 of 96 cores saturated now; "
+                   "seconds saturated: any core 530s, the busiest core 520s"),
+    (NODE_SUMMARY + PER_CORE, "busiest core cpu7 100% busy (97% system); seconds saturated: cpu7 520s"),
+], ids=["summary", "per-core"])
+def test_stats_node_cpu_row_from_either_mode(tmp_path, text, expected):
+    """--node-metrics summary (the default) has no per-core series: the row is made of
+    the summary; with per-core it names the busiest core."""
+    f = tmp_path / "m.prom"
+    f.write_text(text)
+    out = _stats("--file", str(f))
+    assert out.returncode == 0, out.stderr
+    assert f"  node cpu     {expected}\n" in out.stdout, out.stdout
 
 
 def test_stats_errors_are_one_line():

@@ -71,7 +71,8 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
     # Live: the namespace's PID 1 and the parent (the watcher is not counted, zombies are not live).
     assert s.value("reaper_processes", **{"class": "all"}) == 2
     assert s.value("reaper_node_cgroups", controller="memory") is not None
-    s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busy_ratio"), "per-core CPU")
+    s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busiest_ratio"), "node CPU (the summary)")
+    assert not [x for f in s.families.values() for x in f.samples if "cpu" in x.labels]   # no per-core series
     assert s.total("reaper_reaped_total") is None           # reaped nothing
     # It reaps nothing that is not its own: the zombies are still there.
     host_watch = host_pid_below(ns.pid, arg="watch")
@@ -92,7 +93,7 @@ def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
     found over budget and reniced, over a real scrape and on the process itself."""
     port = free_port()
     ns = _start(tmp_path, port, "--cpu-budget 0.2 --budget-action nice --budget-interval 0.2 "
-                                "--budget-window 1 --budget-grace 0", busy=True)
+                                "--budget-window 1 --budget-grace 0 --node-metrics per-core", busy=True)
     namespace(ns)
     wait_for_file(tmp_path / "parent-ready", 20)
     wait_healthy(port)
@@ -101,6 +102,9 @@ def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
     assert s.value("reaper_budget_violations_total", action="nice") >= 1
     assert s.value("reaper_budget_info", mechanism="none") == 1       # nice needs no throttle mechanism
     assert s.value("reaper_processes", **{"class": "stray"}) >= 1
+    # --node-metrics per-core, as reaper takes it: a busy ratio per core, on top of the summary.
+    s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busy_ratio"), "per-core CPU")
+    assert len(s.samples("reaper_node_cpu_busy_ratio")) == s.value("reaper_node_cpus") >= 1
     host_busy = host_pid_below(ns.pid, ns_pid=int(wait_for_file(tmp_path / "busy")))
     assert os.getpriority(os.PRIO_PROCESS, host_busy) == 19
     os.kill(host_pid_below(ns.pid, arg="watch"), signal.SIGINT)
@@ -110,4 +114,7 @@ def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
 def test_watch_bad_flags_and_pid1():
     refused_sub("watch", ["--metrics-port", "0"], "port must be 1-65535")
     refused_sub("watch", ["--bogus"], "--bogus")
+    refused_sub("watch", ["--node-metrics", "all"], "--node-metrics", "unknown node metrics mode 'all'")
+    refused_sub("watch", [], "REAPER_NODE_METRICS", "unknown node metrics mode",
+                env={"REAPER_NODE_METRICS": "percore"})
     refused_sub("watch", ["--metrics-port", str(free_port())], "must not be PID 1", pid1=True)

@@ -172,14 +172,102 @@ def procs(d: str) -> list:
         return []
 
 
+# --- memory still charged to a cgroup reaper removes ---------------------------------
+#
+# A memory cgroup removed while pages are charged to it (the page cache of files its
+# processes wrote) is gone from the tree but not from the kernel: it lingers as a
+# dying cgroup until memory pressure reclaims those pages, which may be never. Tens
+# of thousands of them cost a node's kernel a core (the incident behind reaper). So
+# reaper reclaims what is charged to a cgroup of its own before it removes it.
+
+def reclaim(d: str) -> bool:
+    """Reclaims what is charged to d, a cgroup reaper made and emptied: cgroup v1's
+    memory.force_empty (which also writes dirty pages back: about 2 ms for 2 MB on
+    a local disk), v2's memory.reclaim (kernel 5.19+). Nothing where d has no memory
+    controller or still holds a process. True if d holds (almost) nothing now or
+    never had the controller; best effort, never raises."""
+    if procs(d):
+        return False
+    try:
+        if os.path.exists(os.path.join(d, "memory.force_empty")):
+            write(os.path.join(d, "memory.force_empty"), "0")
+        elif os.path.exists(os.path.join(d, "memory.reclaim")):
+            charged = memory_charged(d)
+            if charged:
+                write(os.path.join(d, "memory.reclaim"), str(charged))
+        else:
+            return True
+    except OSError:
+        pass                            # EAGAIN: not all of it could be reclaimed
+    return memory_charged(d) <= RECLAIMED
+
+
+RECLAIMED = 1 << 20     # what may stay charged after a reclaim: kernel objects, not page cache
+
+
+def memory_charged(d: str) -> int:
+    """Bytes charged to memory cgroup d (0 where it has no memory controller)."""
+    for name in ("memory.current", "memory.usage_in_bytes"):
+        try:
+            return int(read(os.path.join(d, name)))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return 0
+    return 0
+
+
+def unwritten(d: str) -> int:
+    """Dirty and writeback page cache charged to memory cgroup d, in bytes: what a
+    reclaim of d would have to wait for the disk to write."""
+    keys = ("total_dirty", "total_writeback", "file_dirty", "file_writeback")
+    try:
+        text = read(os.path.join(d, "memory.stat"))
+    except OSError:
+        return 0
+    n = 0
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k in keys:
+            try:
+                n += int(v)
+            except ValueError:
+                pass
+    return n
+
+
+def dying_descendants(d: str) -> "int | None":
+    """Removed cgroups below v2 cgroup d that the kernel still holds (cgroup.stat's
+    nr_dying_descendants); None where d has no cgroup.stat (cgroup v1, whose kernel
+    counts dying cgroups only machine-wide, in /proc/cgroups)."""
+    try:
+        text = read(os.path.join(d, "cgroup.stat"))
+    except OSError:
+        return None
+    stat = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        try:
+            stat[k] = int(v)
+        except ValueError:
+            pass
+    return stat.get("nr_dying_descendants")
+
+
+def remove(d: str) -> bool:
+    """Reclaims, then removes an empty cgroup of reaper's; True once it is gone."""
+    reclaim(d)
+    return rmdir(d)
+
+
 def empty_and_remove(d: str, back: str) -> bool:
-    """Moves whatever is in d back to back, then removes d; True once it is gone."""
+    """Moves whatever is in d back to back, then reclaims and removes d; True once it is gone."""
     for pid in procs(d):
         try:
             write(os.path.join(back, "cgroup.procs"), str(pid))
         except OSError:
             pass
-    return rmdir(d)
+    return remove(d)
 
 
 def remove_tree(base: str, back: str) -> list:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from reaper.budgets.cgroupfs import PREFIX, close_fd, lock, own_dir, rmdir
+from reaper.budgets.cgroupfs import PREFIX, close_fd, lock, own_dir, remove
 
 
 def hierarchies() -> list:
@@ -44,8 +44,8 @@ def remove_stale(parents=None) -> tuple:
                 if not lock(fd):
                     continue                 # its creator lives: never touched
                 leaves = [os.path.join(d, n) for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))]
-                ok = all([rmdir(leaf) for leaf in leaves])
-                if ok and rmdir(d):
+                ok = all([remove(leaf) for leaf in leaves])     # reclaimed first: no dying cgroup
+                if ok and remove(d):
                     removed.append(d)
                 else:
                     kept.append(d)

@@ -11,12 +11,14 @@ response --budget-action names, each step including the ones before it:
     throttle   a hard cap: a cgroup of reaper's own, else SIGSTOP/SIGCONT duty-cycling
     terminate  after --budget-kill-after seconds over budget: SIGTERM, SIGKILL after --grace
 
-Memory (--memory-budget, --memory-budget-total): with throttle a stray is moved,
-when first seen, into a memory cgroup of reaper's own (memory_cgroup.py) whose
-limit leaves it no more than its budget in all; a stray over budget that no
-cgroup holds (found over it, no memory cgroup, reaper watch) is terminated
-instead; terminate sends SIGTERM at the first sample past the grace that sees it
-over. Lifetime (--stray-max-age): SIGTERM that long after a stray was first
+Memory (--memory-budget, --memory-budget-total) is judged by what a stray alone
+holds (Handle.private_memory), never by pages it shares. With throttle a stray is
+moved, when first seen, into a memory cgroup of reaper's own (memory_cgroup.py)
+whose limit is its budget: the kernel caps what it allocates from then on, and
+a stray whose private memory is over its budget in all (what it held before the
+move included) is terminated, as is one no cgroup holds (found over it, no memory
+cgroup, reaper watch); terminate sends SIGTERM at the first sample past the grace
+that sees it over. Lifetime (--stray-max-age): SIGTERM that long after a stray was first
 seen, whatever the action but observe. Actions are counted by reason (cpu,
 memory, age). At start, the empty stray cgroups of reapers that are gone are
 removed (cleanup.py).
@@ -79,25 +81,13 @@ class Tracked:
         self.action = "none"             # the strongest response applied so far
         self.last_cpu = None
         self.refused: Optional[NotPermitted] = None   # set once reaper may not act on it
-        self.rss: Optional[int] = None   # resident memory at the last sample, bytes
-        self.rss0 = 0                    # resident when moved into its memory cgroup: charged elsewhere
+        self.mem: Optional[int] = None   # private memory at the last sample, bytes (Handle.private_memory)
         self.mem_leaf: Optional[str] = None   # memory cgroup directory it was moved into
+        self.mem_oom0 = 0                # that leaf's OOM kills when it was moved in (leaves are reused)
         self.mem_tried = False           # its memory cgroup was decided (made, or why not)
         self.mem_over = False
         self.age_done = False            # --stray-max-age acted (or reported)
         self.term_reason = "cpu"         # what its SIGTERM was for: cpu, memory, age
-
-
-def _try_limit(set_limit, limit: int) -> bool:
-    """set_limit(limit) if there is any room left; False if there is none or the
-    kernel refuses it (v1: EBUSY when more is charged there already)."""
-    if limit <= 0:
-        return False
-    try:
-        set_limit(limit)
-        return True
-    except OSError:
-        return False
 
 
 class Enforcer:
@@ -183,6 +173,10 @@ class Enforcer:
         finally:
             self._take_duty_faults()
             self._say_refusals()
+            for t in self.tracked.values():
+                # A stray the kernel's OOM killer ended since the last sample is still said.
+                if t.mem_leaf is not None and not self.tracked_alive(t.key):
+                    self._memory_gone(t, alive=False)
             self._remove_cgroups()
             for t in self.tracked.values():
                 t.handle.close()
@@ -243,9 +237,9 @@ class Enforcer:
                                         f"{e.strerror}; it is skipped while this lasts", "warn")
                 continue
             try:
-                t.rss = t.handle.rss()
+                t.mem = t.handle.private_memory(exact_above=cfg.memory_budget)
             except (Gone, OSError):
-                t.rss = None                 # gone: dropped at the next sample
+                t.mem = None                 # gone: dropped at the next sample
             if t.last_cpu is not None:
                 self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
             t.last_cpu = cpu
@@ -273,6 +267,8 @@ class Enforcer:
         if cfg.stray_max_age is not None:
             self._enforce_age(now)
         self._follow_up(now)
+        if self.memory is not None:
+            self.memory.trim()
         self._publish()
 
     def _track(self, key, stray, now: float) -> None:
@@ -551,7 +547,8 @@ class Enforcer:
         """The memory cgroup, made on first need; None where none can be used (said once)."""
         if self.memory_mechanism is None:
             try:
-                self.memory = MemoryCgroup.probe(skip_v2=self.cgroup is not None and self.cgroup.version == 2)
+                self.memory = MemoryCgroup.probe(skip_v2=self.cgroup is not None and self.cgroup.version == 2,
+                                                 total=self.cfg.memory_budget_total)
                 self.memory_mechanism = self.memory.kind
                 self.log.info(f"capping strays' memory with the {self.memory.kind.replace('_', ' ')} memory "
                               f"controller in {self.memory.base}")
@@ -562,15 +559,16 @@ class Enforcer:
             self.stats.memory_mechanism = self.memory_mechanism
         return self.memory
 
-    def _premoved(self) -> int:
-        return sum(t.rss0 for t in self.tracked.values() if t.mem_leaf is not None)
-
     def _confine(self, t: Tracked) -> None:
-        """throttle: moves a stray, when first seen, into a memory cgroup that leaves it
-        its budget minus what it holds already (that stays charged where it was)."""
+        """throttle: moves a stray, when first seen, into a memory cgroup whose limit is
+        its budget. What it held before the move stays charged where it was (charges
+        never move with a process): the cap holds what it allocates from then on, and
+        the sample judges what it holds in all (_enforce_memory). A fixed limit of
+        the whole budget, never budget minus what it held: a stray that frees what it
+        held and allocates again is never killed by its cap below its budget."""
         cfg = self.cfg
         t.mem_tried = True
-        if t.rss is None or t.refused is not None:
+        if t.mem is None or t.refused is not None:
             return
         if self.watch:
             if self.memory_mechanism is None:
@@ -578,8 +576,7 @@ class Enforcer:
                 self.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
                               "sidecar's own cgroup would be charged to the sidecar")
             return
-        budget = cfg.memory_budget
-        if budget is not None and t.rss >= budget:
+        if cfg.memory_budget is not None and t.mem >= cfg.memory_budget:
             self._over_when_found(t)
             return
         mc = self._memory_cgroup()
@@ -587,59 +584,34 @@ class Enforcer:
             return
         leaf = None
         try:
-            if cfg.memory_budget_total is not None:
-                room = cfg.memory_budget_total - self._premoved() - t.rss
-                if room <= mc.usage(mc.base):
-                    return                  # no room: the total's terminate rule decides
-                mc.set_total(room)
-            leaf = mc.leaf(t.key, None if budget is None else budget - t.rss)
+            leaf = mc.take_leaf(cfg.memory_budget)
+            oom0 = mc.oom_kills(leaf)
             t.handle.checked(lambda: mc.move(t.key[0], leaf))
-            held = self._held_outside(t, mc, leaf)
-            if held > t.rss:
-                # It grew between the sample and the move, charged where it was: the
-                # cgroups leave it only what its budgets still allow, if anything.
-                t.rss = held
-                if cfg.memory_budget_total is not None:
-                    _try_limit(mc.set_total, cfg.memory_budget_total - self._premoved() - held)
-                if budget is not None and not _try_limit(lambda n: mc.set_limit(leaf, n), budget - held):
-                    t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
-                    mc.drop_leaf(leaf)
-                    self._over_when_found(t)
-                    return
         except Gone:
             if leaf is not None:
-                mc.drop_leaf(leaf)
+                mc.give_back(leaf)
             return
         except OSError as e:
             if leaf is not None:
-                mc.drop_leaf(leaf)
+                mc.give_back(leaf)
             self._once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
                                       "strays over their memory budget are terminated instead", "warn")
             return
-        t.mem_leaf, t.rss0 = leaf, t.rss
+        t.mem_leaf, t.mem_oom0 = leaf, oom0
         if t.action in ("none", "observe"):
             t.action = "throttle"
         self._count("throttle_memory_cgroup", "memory")
 
     def _over_when_found(self, t: Tracked) -> None:
-        self._once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {_size(t.rss)}, over "
+        self._once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {_size(t.mem)}, over "
                                      f"--memory-budget {_size(self.cfg.memory_budget)}, when found: it is "
                                      "terminated when its grace is over, not capped", "warn")
 
-    @staticmethod
-    def _held_outside(t: Tracked, mc: MemoryCgroup, leaf: str) -> int:
-        """What a stray just moved into leaf holds outside it (charged where it was):
-        the leaf's usage read first, so that growth between the two reads can only
-        make this larger, never let the stray past its budget."""
-        inside = mc.usage(leaf)
-        try:
-            return max(t.rss, t.handle.rss() - inside)
-        except (Gone, NotPermitted, OSError):    # gone: the next sample drops it
-            return t.rss
-
     def _enforce_memory(self, now: float) -> None:
+        """Judges what each stray holds in all, inside its memory cgroup or not: the
+        cgroup caps what it allocates after the move, not what it held before."""
         cfg = self.cfg
-        live = [t for t in self.tracked.values() if t.rss is not None and t.refused is None]
+        live = [t for t in self.tracked.values() if t.mem is not None and t.refused is None]
         if self.level == 2:
             for t in live:
                 if not t.mem_tried:
@@ -647,15 +619,16 @@ class Enforcer:
         past = [t for t in live if now - t.since >= cfg.budget_grace]
         over_one, over_total = set(), set()
         if cfg.memory_budget is not None:
-            # A stray in its memory cgroup is held by the kernel: never over.
-            over_one = {t.key for t in past if t.mem_leaf is None and t.rss > cfg.memory_budget}
+            over_one = {t.key for t in past if t.mem > cfg.memory_budget}
         if cfg.memory_budget_total is not None:
-            held = sum(t.rss for t in live)
-            for t in sorted((t for t in past if t.mem_leaf is None), key=lambda t: -t.rss):
+            held = sum(t.mem for t in live)
+            if held > cfg.memory_budget_total:
+                held = self._exact_total(live)
+            for t in sorted(past, key=lambda t: -t.mem):
                 if held <= cfg.memory_budget_total:
                     break
                 over_total.add(t.key)       # the biggest first, until the rest fit
-                held -= t.rss
+                held -= t.mem
         for t in live:
             over = t.key in over_one or t.key in over_total
             if over and not t.mem_over:
@@ -664,8 +637,8 @@ class Enforcer:
                     t.action = "observe"
                 what = f"over --memory-budget {_size(cfg.memory_budget)}" if t.key in over_one else \
                     f"strays together over --memory-budget-total {_size(cfg.memory_budget_total)}"
-                self.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) holds {_size(t.rss)}, {what}: "
-                              f"{'terminate' if self.level >= 2 else cfg.budget_action}")
+                self.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) holds {_size(t.mem)}, "
+                              f"{what}: {'terminate' if self.level >= 2 else cfg.budget_action}")
             t.mem_over = over
             if not over:
                 continue
@@ -675,11 +648,24 @@ class Enforcer:
                     t.action = "nice"
                 self._act(t, "sched_idle", lambda h: h.sched_idle(), "memory")
             if self.level >= 2:
-                self._kill(t, now, "memory", f"holds {_size(t.rss)}, over its memory budget")
+                self._kill(t, now, "memory", f"holds {_size(t.mem)}, over its memory budget")
+
+    @staticmethod
+    def _exact_total(live: list) -> int:
+        """The strays' total with each one's exact private memory (smaps_rollup), read
+        only when the cheap figures together exceed --memory-budget-total."""
+        for t in live:
+            try:
+                t.mem = t.handle.private_memory(exact_above=0)
+            except (Gone, OSError):
+                pass
+        return sum(t.mem for t in live)
 
     def _memory_gone(self, t: Tracked, alive: bool) -> None:
         """A tracked stray's memory cgroup when it stops being one: moved back if alive;
-        if it died of the OOM killer inside, that is said and counted."""
+        if it died of the OOM killer inside, that is said and counted. The leaf goes
+        back to the pool (memory_cgroup.py), not away: a removed leaf that still holds
+        the stray's page cache would linger as a dying cgroup."""
         mc = self.memory
         if t.mem_leaf is None or mc is None:
             return
@@ -688,11 +674,11 @@ class Enforcer:
                 t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
             except (Gone, OSError):
                 pass
-        elif mc.oom_kills(t.mem_leaf):
+        elif mc.oom_kills(t.mem_leaf) > t.mem_oom0:
             self._count("oom_kill", "memory")
             self.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                           f"memory cgroup (its budget: {_size(self.cfg.memory_budget)})")
-        mc.drop_leaf(t.mem_leaf)
+        mc.give_back(t.mem_leaf)
         t.mem_leaf = None
 
     # --- lifetime ---------------------------------------------------------------
@@ -769,19 +755,41 @@ class Enforcer:
                     pass
             self.cgroup.drop_leaf(t.leaf)
         self._memory_gone(t, alive)
-        if self.memory is not None and self.cfg.memory_budget_total is not None:
-            try:
-                self.memory.set_total(self.cfg.memory_budget_total - self._premoved())
-            except OSError:
-                pass                        # raised again at the next change
         t.handle.close()
 
+    def _count_cgroups(self) -> dict:
+        try:
+            return _cgroups_of((self.cgroup, self.memory))
+        except OSError:
+            return {"live": 0}
+
     def _publish(self) -> None:
+        b = self.stats
+        b.over_budget = {
+            "cpu": sum(1 for t in self.tracked.values() if t.over),
+            "memory": sum(1 for t in self.tracked.values() if t.mem_over),
+            # Past --stray-max-age and still there (SIGTERM'd, or observed only).
+            "age": sum(1 for t in self.tracked.values() if t.age_done),
+        }
+        b.cgroups = self._count_cgroups()
         self.stats.stray_list = [
             {"pid": t.key[0], "name": t.comm, "cpu_cores": round(t.rate or 0.0, 3),
-             "memory_bytes": t.rss or 0, "action": t.action, "since": round(t.since_wall, 3)}
+             "memory_bytes": t.mem or 0, "action": t.action, "since": round(t.since_wall, 3)}
             for t in sorted(self.tracked.values(), key=lambda t: -(t.rate or 0.0))
         ]
+
+
+def _cgroups_of(holders) -> dict:
+    """{"live": n} and, where the kernel says (cgroup v2), "dying": the cgroups reaper holds."""
+    out = {"live": 0}
+    for cg in holders:
+        if cg is None:
+            continue
+        out["live"] += cg.live()
+        dying = cg.dying()
+        if dying is not None:
+            out["dying"] = out.get("dying", 0) + dying
+    return out
 
 
 def _size(n) -> str:

@@ -1,14 +1,22 @@
 """Memory caps for strays (--budget-action throttle): a memory cgroup of reaper's own,
 so that reclaim and the OOM killer act inside it and never on the main tree.
 
-    <reaper's own memory cgroup>/reaper-strays.<id>/     limit: what --memory-budget-total leaves
-        s<pid>.<start>/                                  limit: what --memory-budget leaves
+    <reaper's own memory cgroup>/reaper-strays.<id>/     limit: --memory-budget-total
+        m<n>/                                            limit: --memory-budget (one stray each)
 
 Memory already charged does not move with a process (cgroup v2 never moves it; v1
-would only with move_charge_at_immigrate, which recent kernels refuse). A stray
-moved in with R bytes resident keeps R charged where it was, so its leaf gets
-budget - R: the stray never holds more than its budget in all. Swap is capped the
-same way where the kernel has the files (v2 memory.swap.max, v1 memsw), best effort.
+would only with move_charge_at_immigrate, which recent kernels refuse): a leaf's
+limit caps what its stray allocates after the move, and the enforcer judges what
+it holds in all. Swap is capped too where the kernel has the files (v2
+memory.swap.max, v1 memsw), best effort.
+
+Leaves are pooled, not made and removed per stray: a stray's page cache stays
+charged to its leaf after it exits, and a leaf removed then would linger in the
+kernel as a dying cgroup, one per stray, which is how a node ends up with tens of
+thousands of them. A leaf whose stray is gone goes back to the pool for the next
+stray (the kernel reclaims the old cache under the new stray's limit as needed);
+at most FREE_MAX wait there, the rest are reclaimed (cgroupfs.reclaim) and
+removed, a few per sample, and at exit all are, reclaimed first.
 """
 from __future__ import annotations
 
@@ -16,8 +24,12 @@ import errno
 import os
 from typing import Optional
 
-from reaper.budgets.cgroupfs import Unavailable, delegate_v2, close_fd, make_owned, own_dir, read, remove_tree, rmdir, \
-    why, write
+from reaper.budgets.cgroupfs import Unavailable, delegate_v2, close_fd, dying_descendants, make_owned, own_dir, \
+    reclaim, remove, remove_tree, unwritten, why, write
+
+FREE_MAX = 4              # free leaves kept for the next strays
+TRIM_EACH = 2             # free leaves removed per sample at most (each a reclaim, on the loop)
+UNWRITTEN_MAX = 8 << 20   # a free leaf with more dirty page cache waits for the flusher before its reclaim
 
 
 class MemoryCgroup:
@@ -27,12 +39,15 @@ class MemoryCgroup:
         self.parent = parent
         self.base = ""
         self.fd: Optional[int] = None
-        self.base_limit: Optional[int] = None
+        self.in_use: set = set()         # leaves holding a stray
+        self.free: list = []             # leaves waiting for the next stray
+        self.made = 0                    # leaves made: names m1, m2, ...
 
     @classmethod
-    def probe(cls, skip_v2: bool = False) -> "MemoryCgroup":
-        """v2, then v1; Unavailable says why neither can be used. skip_v2: the v2
-        hierarchy holds the strays' cpu cgroups (a process is in one v2 cgroup only)."""
+    def probe(cls, skip_v2: bool = False, total: Optional[int] = None) -> "MemoryCgroup":
+        """v2, then v1, its base limited to total; Unavailable says why neither can be
+        used. skip_v2: the v2 hierarchy holds the strays' cpu cgroups (a process is
+        in one v2 cgroup only)."""
         reasons = []
         for version, controller in ((2, ""), (1, "memory")):
             if version == 2 and skip_v2:
@@ -44,13 +59,13 @@ class MemoryCgroup:
                 continue
             m = cls(version, where[1])
             try:
-                m._create()
+                m._create(total)
                 return m
             except Unavailable as e:
                 reasons.append(f"cgroup v{version}: {e}")
         raise Unavailable("; ".join(reasons))
 
-    def _create(self) -> None:
+    def _create(self, total: Optional[int]) -> None:
         if self.version == 2:
             delegate_v2(self.parent, "memory")
         try:
@@ -65,6 +80,8 @@ class MemoryCgroup:
                     write(os.path.join(self.base, "memory.use_hierarchy"), "1")
                 except OSError:
                     pass                # always hierarchical on recent kernels
+            if total is not None:
+                self.set_limit(self.base, total)
         except OSError as e:
             self.close()
             raise Unavailable(f"{self.base}: {e.strerror}") from None
@@ -95,61 +112,85 @@ class MemoryCgroup:
         except OSError:
             pass
 
-    def set_total(self, limit: Optional[int]) -> None:
-        """The base's limit; OSError (EBUSY) when more is charged there already."""
-        if limit != self.base_limit:
-            self.set_limit(self.base, limit)
-            self.base_limit = limit
-
-    def usage(self, d: str) -> int:
-        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
-        try:
-            return int(read(os.path.join(d, name)))
-        except (OSError, ValueError):
-            return 0
-
-    def leaf(self, key: tuple, limit: Optional[int]) -> str:
-        d = os.path.join(self.base, f"s{key[0]}.{key[1]}")
-        try:
-            os.mkdir(d)
-        except FileExistsError:
-            pass
-        try:
-            self.set_limit(d, limit)
-        except OSError:
-            rmdir(d)
-            raise
-        return d
-
-    def move(self, pid: int, d: str) -> None:
-        write(os.path.join(d, "cgroup.procs"), str(pid))
-
     def oom_kills(self, d: str) -> int:
-        """Processes the kernel's OOM killer killed inside d."""
+        """Processes the kernel's OOM killer killed inside d, ever (leaves are reused:
+        compare with the count when the stray moved in)."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
-            for line in read(os.path.join(d, name)).splitlines():
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
+            with open(os.path.join(d, name)) as f:
+                for line in f:
+                    k, _, v = line.partition(" ")
+                    if k == "oom_kill":
+                        return int(v)
         except (OSError, ValueError):
             pass
         return 0
 
-    def drop_leaf(self, d: str) -> None:
-        if not rmdir(d):
-            # A dead stray's pages may still be charged for a moment: the next
-            # close() pass or reaper's exit removes it.
-            pass
+    # --- the pool of leaves ---------------------------------------------------
+
+    def take_leaf(self, limit: Optional[int]) -> str:
+        """A leaf for one stray, limited to limit: a free one, else a new one."""
+        d = self.free.pop() if self.free else self._new_leaf()
+        try:
+            try:
+                self.set_limit(d, limit)
+            except OSError as e:
+                # v1 refuses a limit below what is charged already (EBUSY): the old
+                # stray's page cache. Reclaim it, then try once more.
+                if e.errno not in (errno.EBUSY, errno.EINVAL):
+                    raise
+                reclaim(d)
+                self.set_limit(d, limit)
+        except OSError:
+            self.free.append(d)
+            raise
+        self.in_use.add(d)
+        return d
+
+    def _new_leaf(self) -> str:
+        self.made += 1
+        d = os.path.join(self.base, f"m{self.made}")
+        os.mkdir(d)
+        return d
+
+    def give_back(self, d: str) -> None:
+        """d's stray is gone or moved out: d waits for the next one."""
+        self.in_use.discard(d)
+        if d not in self.free:
+            self.free.append(d)
+
+    def trim(self) -> None:
+        """Removes free leaves beyond FREE_MAX, TRIM_EACH at most, reclaimed first; a
+        leaf with much unwritten page cache waits (its reclaim would wait for the disk)."""
+        removed = 0
+        for d in list(self.free):
+            if len(self.free) <= FREE_MAX or removed >= TRIM_EACH:
+                return
+            if unwritten(d) > UNWRITTEN_MAX:
+                continue
+            if remove(d):
+                self.free.remove(d)
+                removed += 1
+
+    def live(self) -> int:
+        """The cgroups reaper holds here: the base and every leaf."""
+        return (1 + len(self.in_use) + len(self.free)) if self.base else 0
+
+    def dying(self) -> Optional[int]:
+        """Cgroups removed below the base that the kernel still holds (v2); None on v1."""
+        return dying_descendants(self.base) if self.base and self.version == 2 else None
+
+    def move(self, pid: int, d: str) -> None:
+        write(os.path.join(d, "cgroup.procs"), str(pid))
 
     def close(self) -> list:
+        """Removes every leaf and the base, each reclaimed first (remove_tree); returns
+        what could not be removed."""
         try:
             return remove_tree(self.base, self.parent) if self.base else []
         finally:
+            self.in_use.clear()
+            self.free.clear()
             close_fd(self.fd)
             self.fd = None
 
-
-def refused_limit(e: OSError) -> bool:
-    """A limit below what is charged already (v1 answers EBUSY)."""
-    return e.errno in (errno.EBUSY, errno.EINVAL)

@@ -98,12 +98,31 @@ class Handle:
             raise _mapped(e, self.pid, "read") from None
         return t.user + t.system
 
-    def rss(self) -> int:
-        """Resident memory in bytes (psutil)."""
+    def private_memory(self, exact_above: Optional[int] = None) -> int:
+        """What this process alone holds, in bytes: the memory its end would free.
+
+        Resident memory (RSS) counts pages shared with other processes: a helper
+        forked from a job holding 120 MB shows 120 MB, and every Ray worker that
+        reads the object store shows it too (Ray measures a worker's heap as RSS
+        minus shared for this reason). First RSS minus its file-backed and shared
+        pages (statm, one short read): Ray's rule. That still counts anonymous
+        pages shared copy-on-write with a parent, so where it exceeds exact_above
+        the exact unique set size is read (smaps_rollup: the kernel walks the
+        process's page tables, about 1.4 ms for 130 MB against 15 us for statm)
+        and the smaller of the two is taken: the unique set leaves out pages shared
+        copy-on-write, RSS minus shared leaves out file pages only this process
+        maps (page cache, not its own allocation). Both through psutil."""
         import psutil
 
         try:
-            return self.proc.memory_info().rss
+            m = self.proc.memory_info()
+            private = max(0, m.rss - m.shared)
+            if exact_above is not None and private > exact_above:
+                try:
+                    private = min(private, self.proc.memory_full_info().uss)
+                except psutil.AccessDenied:
+                    pass                  # smaps_rollup needs ptrace access; statm does not
+            return private
         except psutil.Error as e:
             raise _psutil_mapped(e, self.pid, "read") from None
         except OSError as e:

@@ -13,8 +13,9 @@ import os
 import signal
 from typing import Optional
 
-from reaper.budgets.cgroupfs import Unavailable, delegate_v2, cgroup_dir as _cgroup_dir, close_fd, make_owned, \
-    mounts as _mounts, own_paths as _own_paths, read as _read, remove_tree, rmdir, why as _why, \
+from reaper.budgets.cgroupfs import Unavailable, delegate_v2, cgroup_dir as _cgroup_dir, close_fd, \
+    dying_descendants, make_owned, \
+    mounts as _mounts, own_paths as _own_paths, read as _read, remove, remove_tree, rmdir, why as _why, \
     write as _write
 
 __all__ = ["CgroupThrottle", "DutyCycler", "Unavailable"]
@@ -33,7 +34,7 @@ class CgroupThrottle:
         self.parent = parent                     # reaper's own cgroup: strays go back here
         self.base = ""                           # made by _create
         self.fd: Optional[int] = None            # holds the owner's lock on base
-        self.leaves: dict = {}                   # key -> leaf dir
+        self.leaves: set = set()                 # leaf dirs made and not removed
         self.total: Optional[float] = None       # the base's quota (--cpu-budget-total), cores
         self._throttled: dict = {}               # dir -> last throttled time seen
 
@@ -115,6 +116,7 @@ class CgroupThrottle:
         d = os.path.join(self.base, name)
         if not os.path.isdir(d):
             os.mkdir(d)
+            self.leaves.add(d)
             if self.version == 1:
                 _write(os.path.join(d, "cpu.cfs_period_us"), str(PERIOD_US))
         self._set_quota(d, cores)
@@ -138,12 +140,20 @@ class CgroupThrottle:
 
     def drop_leaf(self, d: str) -> None:
         self._throttled.pop(d, None)
-        if os.path.basename(d) != "shared":
-            self._rmdir(d)
+        if os.path.basename(d) != "shared" and self._rmdir(d):
+            self.leaves.discard(d)
 
     @staticmethod
     def _rmdir(d: str) -> bool:
-        return rmdir(d)
+        return remove(d)        # reclaimed first where the leaf has a memory controller
+
+    def live(self) -> int:
+        """The cgroups reaper holds here: the base and its leaves."""
+        return (1 + len(self.leaves)) if self.base else 0
+
+    def dying(self) -> Optional[int]:
+        """Cgroups removed below the base that the kernel still holds (v2); None on v1."""
+        return dying_descendants(self.base) if self.base and self.version == 2 else None
 
     def close(self) -> list:
         """Moves any process still inside back to reaper's own cgroup, removes
@@ -153,6 +163,7 @@ class CgroupThrottle:
         try:
             return remove_tree(self.base, self.parent)
         finally:
+            self.leaves.clear()
             close_fd(self.fd)
             self.fd = None
 
