@@ -178,3 +178,17 @@ def in_pids_cgroup(limit: int):
         with open(d / "cgroup.procs", "w") as f:
             f.write(str(os.getpid()))
     return d, enter
+
+
+def refuse_http_thread(monkeypatch) -> None:
+    """threading.Thread.start refuses reaper's HTTP thread (no room for a thread), and
+    starts every other thread as usual."""
+    import threading
+
+    real_start = threading.Thread.start
+
+    def start(t):
+        if t.name == "reaper-metrics-http":
+            raise RuntimeError("can't start new thread")
+        real_start(t)
+    monkeypatch.setattr(threading.Thread, "start", start)

@@ -12,6 +12,7 @@ import pytest
 
 import budget_helpers as bh
 from conftest import PYTHON, summary, wait_for
+from reaper.budgets.cgroupfs import rmdir
 
 CHURN = str(Path(__file__).resolve().parents[1] / "bench" / "helpers" / "stray_churn.py")
 MB = 1 << 20
@@ -67,17 +68,7 @@ def parent_memory_cgroup():
             f.write("0")                 # this test leaves no dying cgroup either
     except OSError:
         pass
-    wait_for(lambda: _rmdir(d), 10, 0.05, what=f"{d} to be removed")
-
-
-def _rmdir(d: str) -> bool:
-    try:
-        os.rmdir(d)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+    wait_for(lambda: rmdir(d), 10, 0.05, what=f"{d} to be removed")
 
 
 def test_strays_writing_page_cache_in_their_memory_caps_leave_no_dying_cgroups(reaper, tmp_path,

@@ -8,14 +8,13 @@ import select
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import PYTHON, REAPER, UNSHARE, free_port, proc_status, wait_for, remove_cgroup
-from metrics_helpers import Scrape, get, in_pids_cgroup, wait_healthy, start_with_metrics
+from metrics_helpers import Scrape, get, in_pids_cgroup, refuse_http_thread, start_with_metrics, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from abuse import Flooding  # noqa: E402  (one copy for the test and the benchmark)
@@ -263,13 +262,7 @@ def test_abort_after_a_failed_start_releases_everything(monkeypatch):
     sampler stopped and the port closed; abort() never raises, even twice."""
     port, log = free_port(), _Log()
     x = _exporter(port, log)
-    real_start = threading.Thread.start
-
-    def no_http_thread(t):
-        if t.name == "reaper-metrics-http":
-            raise RuntimeError("can't start new thread")
-        real_start(t)
-    monkeypatch.setattr(threading.Thread, "start", no_http_thread)
+    refuse_http_thread(monkeypatch)
     scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
     with pytest.raises(RuntimeError):
         x.start(scope)

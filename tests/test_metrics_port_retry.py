@@ -8,7 +8,6 @@ import os
 import shutil
 import signal
 import socket
-import threading
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -222,13 +221,9 @@ def test_a_retry_that_fails_is_switched_off_with_one_line(monkeypatch, tmp_path,
     monkeypatch.setattr(metrics, "BIND_RETRY_FIRST", 0.05)
     port, log, mfile = free_port(), Log(), tmp_path / "m.prom"
     if failure == "no-thread":
-        real_start = threading.Thread.start
+        from metrics_helpers import refuse_http_thread
 
-        def no_http_thread(t):
-            if t.name == "reaper-metrics-http":
-                raise RuntimeError("can't start new thread")
-            real_start(t)
-        monkeypatch.setattr(threading.Thread, "start", no_http_thread)
+        refuse_http_thread(monkeypatch)
     with held(port):
         x = exporter(port, log, mfile)
     if failure == "eacces":                               # after prepare's bind, before the first retry
