@@ -203,8 +203,13 @@ class Exporter:
         registry.register(self.collector)
         registry.register(_Guarded(ProcessCollector(registry=None), "process", self.log))
         self.server = httpserver.Server(self.sock, _routes(registry, self.log), self.log)
-        self.server.start()
+        # Before the thread starts: its first answer may come before this thread runs again.
         self.listening = True
+        try:
+            self.server.start()
+        except BaseException:
+            self.listening = False
+            raise
 
     def _retry_bind(self):
         """The sampler's piece while the port is taken (or the address not up): one bind
