@@ -354,11 +354,13 @@ def test_at_exit_with_no_drain_strays_are_moved_back_and_resumed(reaper, tmp_pat
 # says so in READY (its monotonic time, written whole) and idles; SIGTERM writes its
 # monotonic time to TERM and exits 0. argv: TERM READY MIB GO TAG.
 HOLDER = ("import os, signal, sys, time\n"
-          "term, ready, mib, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]\n"
+          "term, ready, mib, go, pre = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])\n"
           "def on_term(*_):\n"
           "    open(term, 'w').write(repr(time.monotonic()))\n"
           "    sys.exit(0)\n"
           "signal.signal(signal.SIGTERM, on_term)\n"
+          "held = b'\\x01' * (pre << 20)\n"
+          "open(ready + '.pre', 'w').close()\n"
           "while go != '-' and not os.path.exists(go):\n"
           "    time.sleep(0.01)\n"
           "hold = b'\\x01' * (mib << 20)\n"
@@ -367,11 +369,12 @@ HOLDER = ("import os, signal, sys, time\n"
           "time.sleep(600)\n")
 
 
-def holder(tmp_path, name: str, mib: int, tag: str, go=None) -> tuple:
-    """(shell words running HOLDER, its TERM file, its READY file)."""
+def holder(tmp_path, name: str, mib: int, tag: str, go=None, pre: int = 0) -> tuple:
+    """(shell words running HOLDER, its TERM file, its READY file). pre: MiB it holds from
+    its start (READY.pre exists once it does), mib more once GO exists (then READY)."""
     term, ready = tmp_path / f"{name}.term", tmp_path / f"{name}.ready"
     code = HOLDER.replace("'", "'\\''")
-    return f"{PYTHON} -c '{code}' {term} {ready} {mib} {go or '-'} {tag}", term, ready
+    return f"{PYTHON} -c '{code}' {term} {ready} {mib} {go or '-'} {pre} {tag}", term, ready
 
 
 def ns_pid(pid: int) -> int:
@@ -547,13 +550,16 @@ def test_throttle_holds_the_memory_total_by_ending_the_biggest(reaper, tmp_path)
     from metrics_helpers import start_with_metrics, wait_scrape
 
     big_tag, small_tag, go = bh.marker(), bh.marker(), tmp_path / "go"
-    big, big_term, _ = holder(tmp_path, "big", 40, big_tag, go)
-    small, small_term, small_ready = holder(tmp_path, "small", 17, small_tag, go)
+    # Each holds 12 MiB before it is a stray (its parent subshell waits for that), charged
+    # outside the cap: 30 + 10 MiB grown inside leave the 60M cap 20 MiB to spare, while in
+    # all they hold 64 MiB and more, over the total.
+    big, big_term, big_ready = holder(tmp_path, "big", 30, big_tag, go, pre=12)
+    small, small_term, small_ready = holder(tmp_path, "small", 10, small_tag, go, pre=12)
     m = MAIN_HOLDS.replace("'", "'\\''")
+    orphan = "( {} & while [ ! -e {}.pre ]; do sleep 0.02; done )"
     r, port = start_with_metrics(
-        reaper, ["sh", "-c", f"( {small} & ); ( {big} & ); exec {PYTHON} -c '{m}' main-{big_tag}"],
-        # 60M: the 57 MiB grown fit it with room for the kernel's own charges (the cap ends
-        # neither), but not with what each interpreter holds of its own (2.5 MiB on 3.9).
+        reaper, ["sh", "-c", f"{orphan.format(small, small_ready)}; {orphan.format(big, big_ready)}; "
+                             f"exec {PYTHON} -c '{m}' main-{big_tag}"],
         ["-v", "--memory-budget", "64M", "--memory-budget-total", "60M", "--budget-action", "throttle", *FAST])
     main = _main_of(big_tag)
     (big_pid,) = bh.wait_tagged(big_tag)
