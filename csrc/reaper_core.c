@@ -117,13 +117,14 @@ static void restore_cwd(int cwdfd)
     }
 }
 
-static int exec_failure_status(int err)
+int reaper_exec_failure_code(int err)
 {
-    if (err == ENOENT || err == ENOTDIR)
-        return 127;
-    if (err == EACCES || err == ENOEXEC || err == EISDIR || err == EPERM)
-        return 126;
-    return 1;
+    return err == ENOENT || err == ENOTDIR ? 127 : 126;
+}
+
+int reaper_exit_code(int status)
+{
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 /* The child fails before or at exec: tell the parent through the pipe, or say
@@ -140,7 +141,7 @@ static void child_failed(char *const argv[], int err, int errfd)
         unused = writev(STDERR_FILENO, line, 5);
     }
     (void)unused;
-    _exit(exec_failure_status(err));
+    _exit(reaper_exec_failure_code(err));
 }
 
 /* systemd socket activation through an init: LISTEN_PID named reaper, the
@@ -300,15 +301,22 @@ int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid
     return pid;
 }
 
-/* Returns the signal sent to the main child, 0 if none is due, -errno on failure.
- * The main child cannot have been reaped while forward_pid names it: the
- * reap that would end it comes after the signals in the same call, and that
- * reap clears forward_pid (reap_children), so a recycled pid is never signalled. */
-static int forward_signal(const struct reaper_waitspec *spec, const struct signalfd_siginfo *si)
+/* Whether forwarding has a live target: the main child cannot have been reaped
+ * while this holds. The reap that would end it comes after the signals in the
+ * same call, and that reap sets watch_reaped (reap_children), so a recycled pid
+ * is never signalled. */
+static int forwarding(const struct reaper_config *cfg, const struct reaper_state *st)
 {
-    if (spec->forward_pid <= 0 || si->ssi_signo > REAPER_MAX_SIGNAL || (int)si->ssi_pid == spec->self_pid)
+    return cfg->forward_pid > 0 && !(st->watch_reaped && cfg->forward_pid == cfg->watch_pid);
+}
+
+/* Returns the signal sent to the main child, 0 if none is due, -errno on failure. */
+static int forward_signal(const struct reaper_config *cfg, const struct reaper_state *st,
+                          const struct signalfd_siginfo *si)
+{
+    if (!forwarding(cfg, st) || si->ssi_signo > REAPER_MAX_SIGNAL || (int)si->ssi_pid == cfg->self_pid)
         return 0;
-    int entry = spec->forward[si->ssi_signo];
+    int entry = cfg->forward[si->ssi_signo];
     int target = entry & ~REAPER_FWD_USER_ONLY;
     if (target == 0)
         return 0;
@@ -318,14 +326,14 @@ static int forward_signal(const struct reaper_waitspec *spec, const struct signa
     if ((entry & REAPER_FWD_USER_ONLY) && si->ssi_code != SI_USER && si->ssi_code != SI_QUEUE &&
         si->ssi_code != SI_TKILL)
         return 0;
-    if (spec->forward_group && kill(-spec->forward_pid, target) == 0)
+    if (cfg->forward_group && kill(-cfg->forward_pid, target) == 0)
         return target;
     /* No group (the child left it or is gone): the child itself. */
-    return kill(spec->forward_pid, target) == 0 ? target : -errno;
+    return kill(cfg->forward_pid, target) == 0 ? target : -errno;
 }
 
 /* Returns 1 if signals may be left in the signalfd (the batch was full). */
-static int take_signals(int sfd, const struct reaper_waitspec *spec, struct reaper_event *events,
+static int take_signals(int sfd, const struct reaper_waiter *w, struct reaper_event *events,
                         int cap, int *n, int64_t woke)
 {
     struct signalfd_siginfo si[16];
@@ -343,7 +351,7 @@ static int take_signals(int sfd, const struct reaper_waitspec *spec, struct reap
                 continue;
             struct reaper_event *ev = &events[(*n)++];
             memset(ev, 0, sizeof *ev);
-            ev->forwarded = forward_signal(spec, &si[i]);
+            ev->forwarded = forward_signal(&w->config, &w->state, &si[i]);
             ev->kind = REAPER_EV_SIGNAL;
             ev->signo = (int)si[i].ssi_signo;
             ev->pid = (int)si[i].ssi_pid;
@@ -357,9 +365,10 @@ static int take_signals(int sfd, const struct reaper_waitspec *spec, struct reap
 }
 
 /* A child reaped without an event: into the totals. */
-static void count_reaped(struct reaper_waitspec *spec, int status, const struct rusage *ru, int64_t latency)
+static void count_reaped(struct reaper_waiter *w, int status, const struct rusage *ru, int64_t latency)
 {
-    struct reaper_totals *t = &spec->totals;
+    struct reaper_totals *t = &w->totals;
+    const struct reaper_config *cfg = &w->config;
     int b = 0;
 
     t->reaped++;
@@ -367,7 +376,7 @@ static void count_reaped(struct reaper_waitspec *spec, int status, const struct 
         t->signaled[WTERMSIG(status)]++;
     else if (WIFEXITED(status))
         t->exited[WEXITSTATUS(status)]++;
-    while (b < spec->nbounds && latency > spec->bounds_ns[b])
+    while (b < cfg->nbounds && latency > cfg->bounds_ns[b])
         b++;
     t->latency[b]++;
     t->latency_sum_ns += latency;
@@ -375,10 +384,10 @@ static void count_reaped(struct reaper_waitspec *spec, int status, const struct 
                  ru->ru_stime.tv_sec * 1000000L + ru->ru_stime.tv_usec;
 }
 
-static int reported(const struct reaper_waitspec *spec, pid_t pid)
+static int reported(const struct reaper_config *cfg, pid_t pid)
 {
-    for (int i = 0; i < spec->nreport && i < REAPER_MAX_EXTRA; i++)
-        if (spec->report_pids[i] == pid)
+    for (int i = 0; i < cfg->nreport && i < REAPER_MAX_EXTRA; i++)
+        if (cfg->report_pids[i] == pid)
             return 1;
     return 0;
 }
@@ -387,17 +396,18 @@ static int reported(const struct reaper_waitspec *spec, pid_t pid)
  * loop look at its signals and timers. */
 #define SILENT_REAPS_PER_CALL 8192
 
-static void reap_children(struct reaper_waitspec *spec, struct reaper_event *events, int cap, int *n,
+static void reap_children(struct reaper_waiter *w, struct reaper_event *events, int cap, int *n,
                           int64_t woke, int *state)
 {
+    const struct reaper_config *cfg = &w->config;
     int silent = 0;
     /* Filling rusage has the kernel add up each child's CPU times: a measurable
      * part of a reap in a storm, skipped when nothing reads them (no metrics). */
     struct rusage ru = {0};
-    struct rusage *want_ru = spec->no_rusage ? NULL : &ru;
+    struct rusage *want_ru = cfg->no_rusage ? NULL : &ru;
     while (*n < cap) {
         int status;
-        pid_t pid = wait4(-1, &status, WNOHANG | (spec->report_stops ? WUNTRACED : 0), want_ru);
+        pid_t pid = wait4(-1, &status, WNOHANG | (cfg->report_stops ? WUNTRACED : 0), want_ru);
         if (pid == 0)
             return;
         if (pid < 0) {
@@ -410,7 +420,7 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
         int64_t now = monotonic_ns();
         if (WIFSTOPPED(status)) {
             /* Reported once per stop; only the main child's matters (job control). */
-            if (pid == spec->watch_pid) {
+            if (pid == cfg->watch_pid) {
                 struct reaper_event *ev = &events[(*n)++];
                 memset(ev, 0, sizeof *ev);
                 ev->kind = REAPER_EV_STOP;
@@ -422,15 +432,15 @@ static void reap_children(struct reaper_waitspec *spec, struct reaper_event *eve
             }
             continue;
         }
-        if (pid == spec->watch_pid) {
+        if (pid == cfg->watch_pid) {
             /* Recorded here, before Python sees the event: the status is the
-             * one thing reaper must never lose. The pid is free from now on. */
-            spec->watch_reaped = 1;
-            spec->watch_status = status;
-            spec->forward_pid = 0;
+             * one thing reaper must never lose. The pid is free from now on:
+             * nothing is forwarded to it any more (forwarding()). */
+            w->state.watch_reaped = 1;
+            w->state.watch_status = status;
         }
-        if (pid != spec->watch_pid && !spec->report_all && !reported(spec, pid)) {
-            count_reaped(spec, status, &ru, now - woke);
+        if (pid != cfg->watch_pid && !cfg->report_all && !reported(cfg, pid)) {
+            count_reaped(w, status, &ru, now - woke);
             if (++silent == SILENT_REAPS_PER_CALL) {
                 *state |= REAPER_WAIT_MORE;
                 return;
@@ -469,20 +479,20 @@ int reaper_scope_is_empty(int no_children, int main_group)
     return r < 0 && errno == ESRCH;
 }
 
-/* The quiet end (reaper_waitspec.quiet_end): after a long sleep every bytecode
+/* The quiet end (reaper_config.quiet_end): after a long sleep every bytecode
  * the interpreter runs is slow (cold caches), so the common end, the main
  * child's exit and nothing else, is taken here, as a C init would. */
-static void end_if_quiet(const struct reaper_waitspec *spec, const struct reaper_event *events, int n, int state)
+static void end_if_quiet(const struct reaper_waiter *w, const struct reaper_event *events, int n, int state)
 {
-    if (!spec->quiet_end || !spec->watch_reaped || n != 1 || events[0].kind != REAPER_EV_EXIT ||
-        events[0].pid != spec->watch_pid || (state & REAPER_WAIT_MORE) || spec->totals.reaped)
+    const struct reaper_config *cfg = &w->config;
+    if (!cfg->quiet_end || !w->state.watch_reaped || n != 1 || events[0].kind != REAPER_EV_EXIT ||
+        events[0].pid != cfg->watch_pid || (state & REAPER_WAIT_MORE) || w->totals.reaped)
         return;
-    if (spec->quiet_end == REAPER_END_IF_ALONE &&
-        !reaper_scope_is_empty(state & REAPER_WAIT_NO_CHILDREN, spec->watch_pid))
+    if (cfg->quiet_end == REAPER_END_IF_ALONE &&
+        !reaper_scope_is_empty(state & REAPER_WAIT_NO_CHILDREN, cfg->watch_pid))
         return;
-    int s = spec->watch_status;
-    int code = WIFSIGNALED(s) ? 128 + WTERMSIG(s) : WEXITSTATUS(s);
-    _exit(spec->zero_codes[code & 0xff] ? 0 : code);
+    int code = reaper_exit_code(w->state.watch_status);
+    _exit(cfg->zero_codes[code & 0xff] ? 0 : code);
 }
 
 /* poll()'s timeout for what is left until deadline (-1: none). */
@@ -501,18 +511,18 @@ static int remaining_ms(int64_t deadline, int timeout_ms)
  * idle reaper never wakes up). Then takes every queued signal and reaps every
  * child that has exited, whether or not a SIGCHLD was seen: SIGCHLDs
  * coalesce, so one may stand for thousands of exits. Children other than
- * spec->watch_pid and spec->report_pids (the services) are counted in
- * spec->totals unless spec->report_all. The poll also wakes for spec->poll_fds
+ * config.watch_pid and config.report_pids (the services) are counted in
+ * w->totals unless config.report_all. The poll also wakes for config.poll_fds
  * (the services' readiness pipes): REAPER_WAIT_FDS in *state, no timer. Called
  * with the GIL released. Returns the number of events written. */
-int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
+int reaper_wait(int sfd, int timeout_ms, struct reaper_waiter *w,
                 struct reaper_event *events, int cap, int *state)
 {
     struct pollfd pfd[1 + REAPER_MAX_EXTRA] = {{.fd = sfd, .events = POLLIN}};
     int n = 0, nfds = 1;
 
-    for (int i = 0; i < spec->npoll && i < REAPER_MAX_EXTRA; i++)
-        pfd[nfds++] = (struct pollfd){.fd = spec->poll_fds[i], .events = POLLIN};
+    for (int i = 0; i < w->config.npoll && i < REAPER_MAX_EXTRA; i++)
+        pfd[nfds++] = (struct pollfd){.fd = w->config.poll_fds[i], .events = POLLIN};
     int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ns() + (int64_t)timeout_ms * 1000000;
     for (;;) {
         *state = 0;
@@ -524,7 +534,7 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                 *state |= REAPER_WAIT_FDS;
         int64_t woke = monotonic_ns();
         int before = n;
-        if (take_signals(sfd, spec, events, cap, &n, woke))
+        if (take_signals(sfd, w, events, cap, &n, woke))
             *state |= REAPER_WAIT_MORE;
         for (int i = before; i < n; i++)
             if (events[i].forwarded > 0) {
@@ -533,10 +543,10 @@ int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
                 sched_yield();
                 break;
             }
-        reap_children(spec, events, cap, &n, woke, state);
+        reap_children(w, events, cap, &n, woke, state);
         if (n == cap)
             *state |= REAPER_WAIT_MORE;
-        end_if_quiet(spec, events, n, *state);
+        end_if_quiet(w, events, n, *state);
         /* Orphans reaped silently (counted in the totals) give Python nothing to
          * do: wait again here rather than return. In a storm of orphan deaths the
          * interpreter then stays off the path between one SIGCHLD and the next,

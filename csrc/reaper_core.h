@@ -10,10 +10,10 @@
 #define REAPER_EV_STOP   3 /* the main child was stopped (signo: the stop signal); only with report_stops */
 
 struct reaper_event {
-    int kind;          /* REAPER_EV_SIGNAL or REAPER_EV_EXIT */
+    int kind;          /* REAPER_EV_SIGNAL, REAPER_EV_EXIT or REAPER_EV_STOP */
     int pid;           /* sender pid (signal) or reaped pid (exit) */
     int signo;         /* signal number (signal events) */
-    int code;          /* si_code (signal) or wait status (exit) */
+    int code;          /* si_code (signal) or wait status (exit, stop) */
     int uid;           /* sender uid (signal events) */
     int forwarded;     /* signal sent to the main child, 0 if none, -errno if that failed */
     long utime_us;     /* rusage of a reaped child */
@@ -38,27 +38,25 @@ struct reaper_totals {
     uint64_t reaped;                             /* all of them: one number to test */
 };
 
-/* In reaper_waitspec.forward[]: forward only a signal another process sent
+/* In reaper_config.forward[]: forward only a signal another process sent
  * (si_code SI_USER, SI_QUEUE or SI_TKILL), never one the kernel raised. */
 #define REAPER_FWD_USER_ONLY 0x10000
 
 /* What reaper_wait reports as events, where it counts the rest, and where it
- * forwards signals. The forwarding table is policy, set from Python; doing
- * the kill() here keeps the interpreter off the signal's path. */
-struct reaper_waitspec {
+ * forwards signals: set from Python (reaper/_native.py), only read here. The
+ * forwarding table is policy; doing the kill() here keeps the interpreter off
+ * the signal's path. */
+struct reaper_config {
     int watch_pid;        /* always an event when reaped (the main child); 0: none */
-    int watch_reaped;     /* set by reaper_wait when watch_pid was reaped... */
-    int watch_status;     /* ...with its wait status: kept in C, so it survives any failure in Python */
     int report_all;       /* every reaped child is an event */
     int report_stops;     /* wait with WUNTRACED: a stop of watch_pid is an event, other stops are skipped */
     int no_rusage;        /* reap without rusage: no CPU times (only the metrics read them) */
     int self_pid;         /* reaper's pid: signals it raised itself are not forwarded */
-    int forward_pid;      /* the main child; 0: forward nothing (cleared when it is reaped) */
+    int forward_pid;      /* the main child; 0: forward nothing (nor once it is watch_pid and reaped) */
     int forward_group;    /* signal its process group, or the child if the group is gone */
     int forward[REAPER_MAX_SIGNAL + 1]; /* signal to send for each received, | REAPER_FWD_USER_ONLY; 0: none */
     int nbounds;          /* latency bucket upper bounds, ascending */
     int64_t bounds_ns[REAPER_LATENCY_BOUNDS];
-    struct reaper_totals totals;
     /* Supervised services (reaper/services/): their exits are events too, and the
      * wait also wakes for their readiness pipes (REAPER_WAIT_FDS says one is readable). */
     int nreport;
@@ -74,14 +72,28 @@ struct reaper_waitspec {
     unsigned char zero_codes[256];
 };
 
-/* reaper_waitspec.quiet_end */
+/* What reaper_wait found and keeps: the main child's end, kept in C so that it
+ * survives any failure in Python. */
+struct reaper_state {
+    int watch_reaped;     /* config.watch_pid was reaped... */
+    int watch_status;     /* ...with this wait status */
+};
+
+/* One waiter: its configuration, its state and its totals, apart. */
+struct reaper_waiter {
+    struct reaper_config config;
+    struct reaper_state state;
+    struct reaper_totals totals;
+};
+
+/* reaper_config.quiet_end */
 #define REAPER_END_IF_ALONE 1     /* ...and scope_is_empty() */
 #define REAPER_END_NO_DRAIN 2     /* --no-drain: whatever is left */
 
 /* Flags for reaper_wait()'s *state output. */
 #define REAPER_WAIT_NO_CHILDREN 1 /* waitpid said ECHILD: nothing left to reap */
 #define REAPER_WAIT_MORE        2 /* the buffer filled up: call again at once */
-#define REAPER_WAIT_FDS         4 /* one of spec->poll_fds is readable (or hung up) */
+#define REAPER_WAIT_FDS         4 /* one of config.poll_fds is readable (or hung up) */
 
 /* What a service gets besides what the main child gets (reaper_spawn's extra). */
 struct reaper_spawn_extra {
@@ -95,9 +107,14 @@ struct reaper_spawn_extra {
 int reaper_setup(void);
 int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid,
                  const struct reaper_spawn_extra *extra, int *exec_errno);
-int reaper_wait(int sfd, int timeout_ms, struct reaper_waitspec *spec,
+int reaper_wait(int sfd, int timeout_ms, struct reaper_waiter *w,
                 struct reaper_event *events, int cap, int *state);
 int reaper_scope_is_empty(int no_children, int main_group);
+/* reaper's one rule for exit codes, as a shell has it: a wait status's code (its exit
+ * status, or 128+N if killed by signal N), and the code for a command that could not
+ * be run (127: not found, 126: found but not executable, exec failed). */
+int reaper_exit_code(int status);
+int reaper_exec_failure_code(int err);
 int reaper_set_subreaper(void);
 int reaper_set_pdeathsig(int signo);
 

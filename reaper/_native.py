@@ -78,73 +78,136 @@ class ServiceIO:
         return x
 
 
+class Totals:
+    """What the C core counted of the children it reaped without an event (orphans, in
+    the common case), as Python values; a live view of the waiter's struct reaper_totals."""
+
+    def __init__(self, c) -> None:
+        self._c = c
+
+    @property
+    def reaped(self) -> int:
+        return self._c.reaped
+
+    def exited(self) -> list:
+        """Children that exited, by exit status (256 entries)."""
+        return ffi.unpack(self._c.exited, 256)
+
+    def signaled(self) -> list:
+        """Children killed by a signal, by signal number (entry 0 unused)."""
+        return ffi.unpack(self._c.signaled, len(self._c.signaled))
+
+    def latency(self) -> list:
+        """Wake-up to reap, per bucket of the waiter's bounds; the last is +Inf."""
+        return ffi.unpack(self._c.latency, len(self._c.latency))
+
+    @property
+    def latency_seconds(self) -> float:
+        return self._c.latency_sum_ns / 1e9
+
+    @property
+    def cpu_seconds(self) -> float:
+        """User plus system CPU (0 where the waiter reaps without rusage)."""
+        return self._c.cpu_us / 1e6
+
+
 class Waiter:
     """One blocking wait on the signalfd, returning a batch of events. Children
-    other than the watched pid are counted in C (.totals) unless report_all."""
+    other than the watched pid are counted in C (.totals) unless report_all. The
+    only Python that touches the C structures (struct reaper_waiter: its config,
+    written here, its state and totals, written by the C core)."""
 
     def __init__(self, sfd: int, latency_bounds=()) -> None:
         self.sfd = sfd
         self._buf = ffi.new("struct reaper_event[]", BATCH)
         self._state = ffi.new("int *")
-        self.spec = ffi.new("struct reaper_waitspec *")
+        self._w = ffi.new("struct reaper_waiter *")
+        self._cfg = self._w.config
         bounds = [int(b * 1e9) for b in latency_bounds]
         if len(bounds) > lib.REAPER_LATENCY_BOUNDS:
             raise ValueError(f"at most {lib.REAPER_LATENCY_BOUNDS} latency buckets")
-        self.spec.nbounds = len(bounds)
+        self._cfg.nbounds = len(bounds)
         for i, b in enumerate(bounds):
-            self.spec.bounds_ns[i] = b
-        self.totals = self.spec.totals      # a live view of the C counters
-        self.spec.self_pid = os.getpid()
+            self._cfg.bounds_ns[i] = b
+        self.totals = Totals(self._w.totals)
+        self._cfg.self_pid = os.getpid()
         self.fds_ready = False               # the last wait saw a poll_fds entry readable
+
+    # --- what the C core found ---
+
+    @property
+    def main_reaped(self) -> bool:
+        """The watched pid (the main child) was reaped; its status is main_status."""
+        return bool(self._w.state.watch_reaped)
+
+    @property
+    def main_status(self) -> int:
+        return self._w.state.watch_status
+
+    def assume_main_ended(self, status: int) -> None:
+        """The main child never started (services mode): the end goes on as if it had
+        ended with status."""
+        self._w.state.watch_status = status
+        self._w.state.watch_reaped = 1
+
+    # --- configuration ---
+
+    @property
+    def reports_all(self) -> bool:
+        return bool(self._cfg.report_all)
+
+    def without_rusage(self, off: bool = True) -> None:
+        """Reap without rusage: no CPU times (only the metrics read them)."""
+        self._cfg.no_rusage = int(off)
 
     def report(self, pids) -> None:
         """These pids' exits are events too (the services), at most REAPER_MAX_EXTRA."""
         pids = list(pids)[:lib.REAPER_MAX_EXTRA]
         for i, pid in enumerate(pids):
-            self.spec.report_pids[i] = pid
-        self.spec.nreport = len(pids)
+            self._cfg.report_pids[i] = pid
+        self._cfg.nreport = len(pids)
 
     def poll_also(self, fds) -> None:
         """The wait also returns when one of these fds is readable (fds_ready). An fd
         must leave this list before it is closed, or every wait would return at once."""
         fds = list(fds)[:lib.REAPER_MAX_EXTRA]
-        self.spec.npoll = 0
+        self._cfg.npoll = 0
         for i, fd in enumerate(fds):
-            self.spec.poll_fds[i] = fd
-        self.spec.npoll = len(fds)
+            self._cfg.poll_fds[i] = fd
+        self._cfg.npoll = len(fds)
 
     def watch(self, pid: int, report_all: bool, report_stops: bool = False) -> None:
         """pid's exit is always an event; report_all makes every exit one. Its wait
-        status is also kept in spec.watch_status once spec.watch_reaped is set.
-        report_stops: pid's stops are events too (EV_STOP, signo the stop signal)."""
-        self.spec.watch_reaped = 0
-        self.spec.watch_pid = pid
-        self.spec.report_all = int(report_all)
-        self.spec.report_stops = int(report_stops)
+        status is also kept in C (main_status, once main_reaped). report_stops:
+        pid's stops are events too (EV_STOP, signo the stop signal)."""
+        self._w.state.watch_reaped = 0
+        self._cfg.watch_pid = pid
+        self._cfg.report_all = int(report_all)
+        self._cfg.report_stops = int(report_stops)
 
     def forward(self, pid: int, group: bool, table: dict) -> None:
         """Forward signals to pid (or its group) from C: table maps each signal
         received to the one to send (0: none); user_only ones need a sender."""
-        self.spec.forward_group = int(group)
-        for signo in range(len(self.spec.forward)):
+        self._cfg.forward_group = int(group)
+        for signo in range(len(self._cfg.forward)):
             target, user_only = table.get(signo, (0, False))
-            self.spec.forward[signo] = target | (lib.REAPER_FWD_USER_ONLY if user_only and target else 0)
-        self.spec.forward_pid = pid
+            self._cfg.forward[signo] = target | (lib.REAPER_FWD_USER_ONLY if user_only and target else 0)
+        self._cfg.forward_pid = pid
 
     def stop_forwarding(self) -> None:
-        self.spec.forward_pid = 0
+        self._cfg.forward_pid = 0
 
     def zero_codes(self, codes) -> None:
         """The main child's exit codes that the quiet end turns into 0 (-e)."""
         for code in codes:
             if 0 <= code < 256:
-                self.spec.zero_codes[code] = 1
+                self._cfg.zero_codes[code] = 1
 
     def quiet_end(self, armed: bool, no_drain: bool = False) -> None:
-        """Arms the quiet end for the next waits (struct reaper_waitspec): the main
+        """Arms the quiet end for the next waits (reaper_config.quiet_end): the main
         child's exit alone, with no orphan ever reaped and (unless no_drain)
         nothing left to drain, makes the wait exit the process with its status."""
-        self.spec.quiet_end = 0 if not armed else lib.REAPER_END_NO_DRAIN if no_drain else lib.REAPER_END_IF_ALONE
+        self._cfg.quiet_end = 0 if not armed else lib.REAPER_END_NO_DRAIN if no_drain else lib.REAPER_END_IF_ALONE
 
     def wait(self, timeout_ms: int) -> tuple:
         """Returns (events, no_children, more). timeout_ms -1 waits forever.
@@ -153,7 +216,7 @@ class Waiter:
         code, uid, forwarded, utime_us, stime_us, maxrss_kb, woke_ns, at_ns) into a buffer
         the next wait() overwrites: no Python object is built per event."""
         timeout_ms = -1 if timeout_ms < 0 else min(int(timeout_ms), MAX_WAIT_MS)
-        n = _check(lib.reaper_wait(self.sfd, timeout_ms, self.spec, self._buf, BATCH, self._state))
+        n = _check(lib.reaper_wait(self.sfd, timeout_ms, self._w, self._buf, BATCH, self._state))
         buf = self._buf
         events = [buf[i] for i in range(n)]
         state = self._state[0]
@@ -166,6 +229,27 @@ def scope_is_empty(no_children: bool, main_group: int) -> bool:
     PID 1: nobody else in the namespace; else no child and the main child's group
     gone). False when unsure."""
     return bool(lib.reaper_scope_is_empty(int(no_children), int(main_group)))
+
+
+def exit_code(status: int) -> int:
+    """The code a wait status stands for: its exit status, or 128+N if killed by signal N
+    (the C core's rule, which its quiet end applies too)."""
+    return lib.reaper_exit_code(status)
+
+
+def exec_failure_code(err: int) -> int:
+    """reaper's exit status when the main child cannot be run: 127 not found, 126 otherwise."""
+    return lib.reaper_exec_failure_code(err)
+
+
+def forward_table(rewrite: dict) -> dict:
+    """For Waiter.forward: the signal to send for each one received (after --rewrite),
+    and whether only another process may have sent it (the fault signals)."""
+    import _signal as sig
+
+    fault = (sig.SIGFPE, sig.SIGILL, sig.SIGSEGV, sig.SIGBUS, sig.SIGABRT, sig.SIGTRAP, sig.SIGSYS)
+    return {s: (rewrite.get(s, s), s in fault) for s in range(1, sig.SIGRTMAX + 1)
+            if s not in (sig.SIGKILL, sig.SIGSTOP, sig.SIGCHLD)}
 
 
 def set_subreaper() -> None:

@@ -28,88 +28,22 @@ import os
 import time
 
 from reaper import _native
+from reaper._native import forward_table
+from reaper.policy import SUMMARY, Policy
+# The minimal loop's drain and exit status: loaded with the boundary, so that it needs no file later.
+from reaper.drain import KILL_WAIT, continue_stopped, signal_rest
+from reaper.status import exit_status
 
-KILL_WAIT = 5.0          # seconds SIGKILLed processes get to be reaped
 RESCAN_EVERY = 0.2       # minimal loop, as subreaper: look for late children this often while killing
 RETRY_AFTER = 0.1        # a minimal loop that itself failed starts again after this
 FIRST_WAIT_MS = 20       # the wait before the policy is loaded (metrics, budgets, title...)
 
 
-class Policy:
-    """The pieces that may fail. A piece that raised is in an unknown state: it is
-    switched off for good (closed, so that, e.g., stopped strays are resumed)."""
-
-    def __init__(self, log, stats) -> None:
-        self.log = log
-        self.stats = stats               # may be None until the boundary has made it
-        self.plugins: list = []          # (piece, plugin): next_deadline(), tick(now), close()
-        self.off: set = set()
-
-    def call(self, piece: str, fn, *args):
-        """fn(*args), or None once piece has failed."""
-        if piece in self.off:
-            return None
-        try:
-            return fn(*args)
-        except Exception as e:
-            self.switch_off(piece, e)
-            return None
-
-    def start(self, piece: str, factory, abort=None) -> None:
-        """Starts a periodic piece: factory() returns a plugin or a list of them.
-        If it fails, abort() releases what it had taken (a socket, threads)."""
-        got = self.call(piece, factory)
-        if got is None:
-            if abort is not None and piece in self.off:
-                try:
-                    abort()
-                except Exception:
-                    pass
-            return
-        self.plugins.extend((piece, p) for p in (got if isinstance(got, list) else [got]))
-
-    def switch_off(self, piece: str, e: BaseException) -> None:
-        if piece in self.off:
-            return
-        self.off.add(piece)
-        if self.stats is not None:
-            self.stats.policy_errors += 1
-        self.log.error(f"{piece} failed ({e!r}): {piece} switched off, reaper goes on")
-        if self.log.enabled(3):
-            import traceback
-
-            for line in traceback.format_exception(type(e), e, e.__traceback__):
-                self.log.debug(line.rstrip())
-        for entry in [x for x in self.plugins if x[0] == piece]:
-            self.plugins.remove(entry)
-            try:
-                entry[1].close()
-            except Exception:
-                pass
-
-    def next_deadline(self):
-        due = None
-        for piece, p in list(self.plugins):
-            d = self.call(piece, p.next_deadline)
-            if d is not None and (due is None or d < due):
-                due = d
-        return due
-
-    def tick(self, now: float) -> None:
-        for piece, p in list(self.plugins):
-            due = self.call(piece, p.next_deadline)
-            if due is not None and due <= now:
-                self.call(piece, p.tick, now)
-
-    def close(self) -> None:
-        plugins, self.plugins = self.plugins, []
-        for piece, p in plugins:
-            self.call(piece, p.close)
-
-
-def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
-    """Runs reaper from the spawn to its exit status. start_policy(policy, sup)
-    starts the policy pieces (reaper/pieces.py composes them)."""
+def supervise(cfg, log, stats, sfd: int, main_pid: int, exporter=None, inherited=(), note=None) -> int:
+    """Runs reaper from the spawn to its exit status: the log (made here when nothing
+    before the spawn needed it), the policy pieces (reaper/pieces.py; exporter: the
+    metrics prepared before the spawn, inherited: the invoker's fds) and the loop.
+    note: a debug line from before the spawn."""
     policy = Policy(log, stats)
     waiter = sup = None
     try:
@@ -119,9 +53,10 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         waiter.watch(main_pid, cfg.warn_on_reap or cfg.verbosity >= 3, bool(main_pid) and os.getpid() != 1)
         # The CPU times of reaped children feed only the metrics (stats exists before
         # the spawn only with metrics): without them the C core reaps without rusage.
-        waiter.spec.no_rusage = int(stats is None)
+        waiter.without_rusage(stats is None)
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
-        waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
+        forwarding = forward_table(cfg.rewrite)
+        waiter.forward(main_pid, cfg.process_group, forwarding)
         first = first_error = None
         # The quiet end: while nothing is asked of the end but the exit status, the
         # C core's wait itself exits with it when the main child's exit is all
@@ -143,13 +78,18 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
             from reaper.log import Log
 
             log = policy.log = Log(cfg.verbosity)
+        if note:
+            log.debug(note)
+        from reaper import pieces
+
+        start_policy = pieces.compose(cfg, log, exporter, main_pid, list(inherited))
         from reaper.stats import Stats
         from reaper.supervisor import Supervisor
 
         if stats is None:
             stats = policy.stats = Stats()
         stats.native = waiter.totals
-        sup = Supervisor(cfg, log, stats, waiter, policy)
+        sup = Supervisor(cfg, log, stats, waiter, policy, forwarding)
         sup.quiet_end = armed
         if first_error is not None:
             sup.wait_failed(first_error)
@@ -160,7 +100,7 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, start_policy) -> int:
         if log is None:            # not even the log could be loaded: the status is all there is
             return status
         policy.close()
-    policy.call("summary", _summarise, cfg, stats, waiter, log)
+    policy.call(SUMMARY, _summarise, cfg, stats, waiter, log)
     log.close()
     return status
 
@@ -196,7 +136,7 @@ def _fall_back(e: BaseException, cfg, log, sfd: int, waiter, main_pid: int, sup)
     main_pid = main_pid or getattr(sup, "main_group", 0) or 0    # with services, started by the loop
     if not main_pid and not getattr(cfg, "pause", False) and waiter is not None:
         # Services mode, the main child never started: drain at once, exit 1.
-        waiter.spec.watch_reaped, waiter.spec.watch_status = 1, 1 << 8
+        waiter.assume_main_ended(1 << 8)
         deadline = deadline or time.monotonic() + cfg.grace
     while True:
         try:
@@ -225,19 +165,18 @@ def minimal_loop(cfg, waiter, main_pid: int, deadline=None) -> int:
     and the main child's group."""
     import _signal as sig    # built in: needs no file, so it imports even at EMFILE
 
-    spec = waiter.spec
     pause = getattr(cfg, "pause", False)
-    if not spec.watch_reaped and main_pid:
+    if not waiter.main_reaped and main_pid:
         waiter.forward(main_pid, cfg.process_group, forward_table(cfg.rewrite))
     term_sent = killed = False
     rescan_at = None
     more = False
     while True:
         now = time.monotonic()
-        if spec.watch_reaped and deadline is None:
+        if waiter.main_reaped and deadline is None:
             deadline = now + cfg.grace
         if deadline is not None and getattr(cfg, "no_drain", False):
-            return 0 if pause else exit_status(cfg, spec.watch_status)
+            return 0 if pause else exit_status(cfg, waiter.main_status)
         if deadline is not None and not term_sent:
             signal_rest(sig.SIGTERM, main_pid)
             continue_stopped(sig.SIGCONT, main_pid)
@@ -255,85 +194,14 @@ def minimal_loop(cfg, waiter, main_pid: int, deadline=None) -> int:
         if deadline is None:
             continue
         now = time.monotonic()
-        if no_children and (spec.watch_reaped or pause):
-            return 0 if pause else exit_status(cfg, spec.watch_status)
+        if no_children and (waiter.main_reaped or pause):
+            return 0 if pause else exit_status(cfg, waiter.main_status)
         if now >= deadline:
             if killed:
-                return 0 if pause else exit_status(cfg, spec.watch_status)   # survivors: nothing more to do
+                return 0 if pause else exit_status(cfg, waiter.main_status)   # survivors: nothing more to do
             killed = True
             deadline = now + KILL_WAIT
             rescan_at = now
         if killed and rescan_at is not None and now >= rescan_at:
             signal_rest(sig.SIGKILL, main_pid)
             rescan_at = None if os.getpid() == 1 else now + RESCAN_EVERY
-
-
-def exit_status(cfg, status: int) -> int:
-    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    return 0 if code in cfg.remap_exit else code
-
-
-def forward_table(rewrite: dict) -> dict:
-    """For the C core: the signal to send for each one received (after --rewrite),
-    and whether only another process may have sent it (the fault signals)."""
-    import _signal as sig
-
-    fault = (sig.SIGFPE, sig.SIGILL, sig.SIGSEGV, sig.SIGBUS, sig.SIGABRT, sig.SIGTRAP, sig.SIGSYS)
-    return {s: (rewrite.get(s, s), s in fault) for s in range(1, sig.SIGRTMAX + 1)
-            if s not in (sig.SIGKILL, sig.SIGSTOP, sig.SIGCHLD)}
-
-
-def signal_rest(signo: int, main_group: int) -> None:
-    """signo to everything left: the namespace as its PID 1, else reaper's children
-    (its own cannot be recycled under it) and the main child's group."""
-    if os.getpid() == 1:
-        targets = [-1]       # PID 1 of its own namespace: "everyone but me"
-    else:                    # (no group in pause mode: -0 would be reaper's own)
-        targets = [-main_group] * bool(main_group) + own_children()
-    for pid in targets:
-        try:
-            os.kill(pid, signo)
-        except OSError:
-            pass
-
-
-def continue_stopped(sigcont: int, main_group: int) -> None:
-    """SIGCONT to the stopped processes of the drain's scope (state T in /proc), so
-    that they can act on SIGTERM; without /proc, to all of it."""
-    me = os.getpid()
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        names = []
-    if not names or not os.path.exists("/proc/self/stat"):
-        signal_rest(sigcont, main_group)
-        return
-    for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
-            try:
-                fields = os.read(fd, 1024).rpartition(b")")[2].split()
-            finally:
-                os.close(fd)
-            state, ppid, pgrp = fields[0], int(fields[1]), int(fields[2])
-        except (OSError, ValueError, IndexError):
-            continue
-        in_scope = me == 1 or ppid == me or (main_group and pgrp == main_group)
-        if in_scope and state in (b"T", b"t"):
-            try:
-                os.kill(int(name), sigcont)
-            except OSError:
-                pass
-
-
-def own_children() -> list:
-    """reaper's direct children, from one small file. Orphans re-parented to a
-    subreaper join its main thread's list (the first live thread)."""
-    me = os.getpid()
-    try:
-        with open(f"/proc/{me}/task/{me}/children", "rb") as f:
-            return [int(p) for p in f.read().split()]
-    except (OSError, ValueError):
-        return []

@@ -8,6 +8,7 @@ import os
 import sys
 
 from reaper import _native
+from reaper.spawn import spawn_main
 
 
 def run() -> None:
@@ -123,74 +124,57 @@ def _run(cfg, sfd: int, inherited: list) -> int:
     if cfg.pause or cfg.services_enabled:
         # catatonit's -P: no child; with services, the loop starts them and then the
         # main child (reaper/services/). The same boundary from here on.
-        from reaper import boundary
-
-        log = _said(log or _new_log(cfg), subreaper)
-        return boundary.supervise(cfg, log, stats, sfd, 0, _pieces(cfg, log, exporter, 0, inherited))
+        return _supervise(cfg, log, stats, sfd, 0, exporter, inherited, subreaper)
     pid, status = spawn_main(cfg, log)
     if pid is None:
         return status
-
-    # The child runs. From here on the failure boundary holds (reaper/boundary.py).
-    from reaper import boundary
-
-    log = _said(log or _new_log(cfg), subreaper)
-
-    return boundary.supervise(cfg, log, stats, sfd, pid, _pieces(cfg, log, exporter, pid, inherited))
+    # The child runs: from here on nothing ends reaper but the main child's exit.
+    return _supervise(cfg, log, stats, sfd, pid, exporter, inherited, subreaper)
 
 
-def _pieces(cfg, log, exporter, pid: int, inherited: list):
-    from reaper import pieces     # after the spawn: not on the way to the exec
+def _supervise(cfg, log, stats, sfd: int, pid: int, exporter, inherited: list, note) -> int:
+    """The failure boundary (reaper/boundary.py) runs everything after the spawn: the log,
+    the pieces and the loop. Its import is the one step outside it: if even that fails
+    (no file descriptor, no memory), the C core alone takes the main child to its end."""
+    try:
+        from reaper import boundary
+    except BaseException as e:
+        return _core_only(cfg, sfd, pid, e)
+    return boundary.supervise(cfg, log, stats, sfd, pid, exporter, inherited, note)
 
-    return pieces.compose(cfg, log, exporter, pid, inherited)
+
+def _core_only(cfg, sfd: int, pid: int, e: BaseException) -> int:
+    """The last resort, with what is loaded already (the C core, os): reap and forward
+    until the main child ends, and exit with its status (-e applies). No drain: what is
+    left ends with the namespace (PID 1) or goes to the next subreaper. Pause mode ends
+    on SIGTERM or SIGINT; with services the main child never started: exit 1."""
+    try:   # never wait on stderr: a descriptor of its own (the flags of fd 2 are the child's too)
+        fd = os.open("/proc/self/fd/2", os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            os.write(fd, f"reaper: cannot load its loop ({e!r}): reaping and forwarding only\n".encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+    if not pid and not cfg.pause:
+        return 1
+    waiter = _native.Waiter(sfd)
+    waiter.watch(pid, False)
+    if pid:
+        waiter.forward(pid, cfg.process_group, _native.forward_table(cfg.rewrite))
+    stops = (15, 2)                      # SIGTERM, SIGINT: the _signal module may not load either
+    while not waiter.main_reaped:
+        try:
+            events, _, _ = waiter.wait(-1)
+        except OSError:
+            continue
+        if not pid and any(ev.kind == _native.EV_SIGNAL and ev.signo in stops for ev in events):
+            return 0
+    code = _native.exit_code(waiter.main_status)
+    return 0 if code in cfg.remap_exit else code
 
 
 def _new_log(cfg):
     from reaper.log import Log
 
     return Log(cfg.verbosity)
-
-
-def _said(log, debug_line):
-    if debug_line:
-        log.debug(debug_line)
-    return log
-
-
-def spawn_main(cfg, log) -> tuple:
-    """(pid, None) once the main child runs, or (None, reaper's exit status) after one
-    line (on log, or a Log made for it when there is none yet)."""
-    own_group = True
-    # systemd socket activation through an init: the sockets are the child's.
-    listen_pid = os.environ.get("LISTEN_PID") == str(os.getpid())
-    try:
-        pid, exec_errno = _native.spawn(cfg.command, own_group, own_group and os.isatty(0), listen_pid)
-    except OSError as e:             # fork failed: EAGAIN (pids limit), ENOMEM
-        from reaper.log import quoted
-
-        (log or _new_log(cfg)).error(f"cannot start {quoted(cfg.command[0])}: {e.strerror}")
-        return None, 1
-    if exec_errno:
-        import errno
-
-        from reaper.log import quoted
-
-        (log or _new_log(cfg)).error(f"cannot run {quoted(cfg.command[0])}: {_exec_error(cfg.command[0], exec_errno)}")
-        os.waitpid(pid, 0)          # the child has already _exit()ed: leave no zombie
-        return None, 127 if exec_errno in (errno.ENOENT, errno.ENOTDIR) else 126
-    return pid, None
-
-
-def _exec_error(command: str, err: int) -> str:
-    """strerror, except that execvp says EACCES for a directory: say what it is."""
-    import errno
-
-    if err == errno.EACCES:
-        dirs = [""] if "/" in command else os.environ.get("PATH", os.defpath).split(os.pathsep)
-        for d in dirs:
-            path = os.path.join(d, command)
-            if os.path.isdir(path):
-                return os.strerror(errno.EISDIR)
-            if os.path.exists(path):
-                break
-    return os.strerror(err)

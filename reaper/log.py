@@ -22,40 +22,6 @@ MAX_LINE = 4000          # under PIPE_BUF: a line reaches a pipe whole or not at
 REPEAT_WINDOW = 5.0      # seconds in which a repeated event is only counted
 
 
-def display(text) -> str:
-    """text for a one-line message, as is, except that bytes that were not UTF-8
-    (surrogate escapes in argv and the environment, or a bytes object) show as \\xff,
-    not \\udcff, and control characters (newlines...) are escaped: always one line
-    that encodes as UTF-8."""
-    return _show(text, False)
-
-
-def quoted(text) -> str:
-    """display(text) quoted like repr(): 'abc', '\\xff', '1\\n2'."""
-    return _show(text, True)
-
-
-def _show(text, quote: bool) -> str:
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "surrogateescape")
-    text = str(text)
-    if text.isprintable():
-        return repr(text) if quote else text
-    out = []
-    for c in text:
-        o = ord(c)
-        if 0xDC80 <= o <= 0xDCFF:               # an undecodable byte
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif quote and c in "\\'":
-            out.append("\\" + c)
-        elif c.isprintable():
-            out.append(c)
-        else:
-            out.append(repr(c)[1:-1])           # \n, \x1b, \u2028, \ud800 ...
-    return "'" + "".join(out) + "'" if quote else "".join(out)
-
-
-
 class _Stderr:
     """Writes to fd 2 that never block. The method is chosen once from what fd 2 is."""
 

@@ -631,9 +631,10 @@ class ReaperCollector:
         """The process table's view of reaper's scope; None when /proc cannot be read
         (an empty directory bound over it lists nothing, not even reaper)."""
         from reaper import nodestats
+        from reaper.procfs import processes
 
         s, sc = self.x.stats, self.scope
-        table = nodestats.scan()
+        table = processes.scan()
         me = os.getpid()
         if me not in table:
             return None
@@ -642,25 +643,25 @@ class ReaperCollector:
         except (OSError, ValueError, IndexError):
             up = None                      # no ages, the counts still hold
         whole = getattr(sc, "watch", False) or getattr(sc, "is_pid1", False)
-        in_scope = (set(table) - {me}) if whole else nodestats.descendants(table, me)
+        in_scope = (set(table) - {me}) if whole else processes.descendants(table, me)
         zombies = [table[p] for p in in_scope if table[p].state == "Z"]
         live = [p for p in in_scope if table[p].state != "Z"]
         main = s.main_pid if s.main_state == "running" else None
         main_tree = set()
         if main is not None and main in table:
-            main_tree = {main} | nodestats.descendants(table, main)
+            main_tree = {main} | processes.descendants(table, main)
         kept = set(main_tree)
         for pid in list(getattr(sc, "supervised", ())):      # services are not strays
             if pid in table:
-                kept |= {pid} | nodestats.descendants(table, pid)
+                kept |= {pid} | processes.descendants(table, pid)
         parents: dict = {}
         for z in zombies:
             parents[z.ppid] = parents.get(z.ppid, 0) + 1
         top = sorted(parents.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]
         return {
             "zombies": len(zombies),
-            "oldest": None if up is None else max((up - z.start for z in zombies), default=0.0),
-            "parents": [(pid, table[pid].name if pid in table else "", n) for pid, n in top],
+            "oldest": None if up is None else max((up - z.started for z in zombies), default=0.0),
+            "parents": [(pid, table[pid].comm if pid in table else "", n) for pid, n in top],
             "live": len(live),
             "main_tree": len([p for p in live if p in main_tree]),
             "outside": len([p for p in live if p not in kept]),
@@ -672,14 +673,16 @@ class ReaperCollector:
     def _budget(self, s, available):
         from prometheus_client.core import CounterMetricFamily as C, GaugeMetricFamily as G
 
+        from reaper.budgets.kinds import ANY, REASONS    # the budget kinds' registry: names only
+
         b = s.budget
         yield C("reaper_stray_cpu_seconds", "CPU used by stray processes while reaper watched them",
                 value=getattr(b, "stray_cpu_seconds", 0.0))
         for name, doc, attr in (
                 ("reaper_budget_violations", "Budget violations, by the configured action and the budget "
-                                             "(reason: cpu, memory, age)", "violations_by_reason"),
+                                             f"(reason: {', '.join(REASONS)})", "violations_by_reason"),
                 ("reaper_budget_actions", "Actions taken on strays, by action and by what they were for "
-                                          "(reason: cpu, memory, age, any)", "actions_by_reason")):
+                                          f"(reason: {', '.join(REASONS + (ANY,))})", "actions_by_reason")):
             c = C(name, doc, labels=["action", "reason"])
             for (action, reason), n in sorted(_copy(getattr(b, attr, None)).items()):
                 c.add_metric([str(action), str(reason)], n)
@@ -694,7 +697,7 @@ class ReaperCollector:
                                            "memory; age: past --stray-max-age and still alive)",
               labels=["reason"])
         over = dict(getattr(b, "over_budget", None) or {})
-        for reason in ("cpu", "memory", "age"):
+        for reason in REASONS:
             g.add_metric([reason], over.get(reason, 0))
         yield g
         g = G("reaper_budget_cgroups", "Cgroups reaper holds for strays (live), and those removed below its own "

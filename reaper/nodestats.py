@@ -1,10 +1,9 @@
-"""What /proc and the cgroup filesystem say, read-only: the process table of
-reaper's scope, per-core CPU, cgroup counts (/proc/cgroups, the visible tree, the
-root cgroup.stat of cgroup v2) and the pids controller.
+"""What the node says, read-only, for the metrics: per-core CPU, cgroup counts
+(/proc/cgroups, the visible tree, the root cgroup.stat of cgroup v2), the pids
+controller, reaper's own size. Built on reaper/procfs (processes and cgroups).
 
-The exporter reads it at scrape time and from its sampler thread; the drain
-reads the process table (scan, descendants, read_proc) to find what is left
-in reaper's scope. Nothing else runs when metrics are off. Every reader tolerates
+The exporter reads it at scrape time and from its sampler thread. Nothing else
+runs when metrics are off. Every reader tolerates
 processes vanishing mid-scan and files that do not exist on this kernel, and
 says "unreadable" (None, or an empty table) rather than a zero that would look
 healthy: some sandboxes bind an empty directory over /proc.
@@ -14,46 +13,15 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from reaper.proctable import read_stat
+from reaper.procfs.cgroups import CgroupStat, cgroup_dir, mounts, own_paths, parse_cgroup_stat
+from reaper.procfs.processes import CLK_TCK
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 SATURATED = 0.95                 # a core at or above this busy ratio counts as saturated
 CPU_MODES = ("user", "system", "irq", "softirq", "steal")
 MAX_CGROUP_DIRS = 200_000        # stop counting cgroup directories beyond this (a runaway host)
 
 
-# --- the process table ----------------------------------------------------------
-
-class Proc(NamedTuple):
-    pid: int
-    ppid: int
-    state: str        # one letter, as in /proc/PID/stat: R S D Z T ...
-    name: str         # comm (at most 15 characters): never the command line
-    start: float      # seconds since boot
-
-
-def read_proc(pid: int) -> "Proc | None":
-    st = read_stat(pid)
-    if st is None:
-        return None
-    ppid, start_ticks, comm, state, _cpu = st
-    return Proc(pid, ppid, state, comm, start_ticks / CLK_TCK)
-
-
-def scan() -> dict:
-    """pid -> Proc for every process visible in this PID namespace."""
-    table = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if name.isdigit():
-            p = read_proc(int(name))
-            if p is not None:
-                table[p.pid] = p
-    return table
-
+# --- this process, the clock --------------------------------------------------
 
 def uptime(proc: str = "/proc") -> float:
     with open(f"{proc}/uptime") as f:
@@ -67,20 +35,6 @@ def own_rss(proc: str = "/proc") -> "int | None":
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, IndexError, ValueError):
         return None
-
-
-def descendants(table: dict, root: int) -> set:
-    """Pids below root in the parent tree of table (root excluded)."""
-    kids: dict = {}
-    for p in table.values():
-        kids.setdefault(p.ppid, []).append(p.pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in kids.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 # --- per-core CPU ---------------------------------------------------------------
@@ -166,61 +120,22 @@ def proc_cgroups(proc: str = "/proc") -> "dict | None":
     return out
 
 
-class Mount(NamedTuple):
-    root: str          # path inside the cgroup filesystem that is mounted
-    point: str         # where it is mounted
-    version: int       # 1 or 2
-    options: frozenset
-
-
-def cgroup_mounts(proc: str = "/proc") -> list:
-    mounts = []
-    try:
-        with open(f"{proc}/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fields, rfields = left.split(), right.split()
-                if len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
-                    continue
-                opts = frozenset(rfields[2].split(","))
-                mounts.append(Mount(fields[3], fields[4], 2 if rfields[0] == "cgroup2" else 1, opts))
-    except OSError:
-        pass
-    return mounts
-
-
-def own_cgroups(proc: str = "/proc") -> dict:
-    """controller -> path of this process's cgroup ("" for the v2 hierarchy)."""
-    out = {}
-    try:
-        with open(f"{proc}/self/cgroup") as f:
-            for line in f:
-                _, ctrls, path = line.rstrip("\n").split(":", 2)
-                for c in ctrls.split(",") if ctrls else [""]:
-                    out[c] = path
-    except OSError:
-        pass
-    return out
-
-
-def _cgroup_dir(mount: Mount, path: str) -> str:
-    if mount.root != "/" and (path == mount.root or path.startswith(mount.root + "/")):
-        path = path[len(mount.root):]
-    return os.path.join(mount.point, path.lstrip("/"))
-
-
 def _find_controller(controller: str, proc: str = "/proc") -> "str | None":
     """Directory of this process's cgroup for controller (v1 first, then v2)."""
-    mounts, own = cgroup_mounts(proc), own_cgroups(proc)
-    for m in mounts:
+    found, own = mounts(proc), own_paths(proc)
+    for m in found:
         if m.version == 1 and controller in m.options and controller in own:
-            return _cgroup_dir(m, own[controller])
-    for m in mounts:
+            d = cgroup_dir(m, own[controller])
+            if d is not None:
+                return d
+    for m in found:
         if m.version == 2 and "" in own:
             try:
                 with open(os.path.join(m.point, "cgroup.controllers")) as f:
                     if controller in f.read().split():
-                        return _cgroup_dir(m, own[""])
+                        d = cgroup_dir(m, own[""])
+                        if d is not None:
+                            return d
             except OSError:
                 continue
     return None
@@ -267,7 +182,7 @@ def visible_memory_cgroups(proc: str = "/proc") -> "int | None":
     Inside a container with its own cgroup namespace this is only its subtree;
     with the host hierarchy visible it is the node's live count.
     """
-    for m in cgroup_mounts(proc):
+    for m in mounts(proc):
         if (m.version == 1 and "memory" in m.options) or m.version == 2:
             if m.version == 2:
                 try:
@@ -285,34 +200,6 @@ def visible_memory_cgroups(proc: str = "/proc") -> "int | None":
     return None
 
 
-class CgroupStat(NamedTuple):
-    """The root cgroup.stat of the highest cgroup v2 directory visible."""
-    path: str              # the directory read
-    live: int              # nr_descendants: live cgroups below it
-    dying: int             # nr_dying_descendants: removed, still held by charged memory
-    subsys: dict           # controller -> live cgroups using it (nr_subsys_*, newer kernels)
-    dying_subsys: dict     # controller -> dying cgroups using it (nr_dying_subsys_*)
-
-
-def parse_cgroup_stat(text: str, path: str = "") -> "CgroupStat | None":
-    """cgroup.stat's "key value" lines; None without the two counts every kernel has."""
-    values, subsys, dying_subsys = {}, {}, {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if not value.strip().isdigit():
-            continue
-        n = int(value)
-        if key.startswith("nr_dying_subsys_"):
-            dying_subsys[key[len("nr_dying_subsys_"):]] = n
-        elif key.startswith("nr_subsys_"):
-            subsys[key[len("nr_subsys_"):]] = n
-        else:
-            values[key] = n
-    if "nr_descendants" not in values or "nr_dying_descendants" not in values:
-        return None
-    return CgroupStat(path, values["nr_descendants"], values["nr_dying_descendants"], subsys, dying_subsys)
-
-
 def _depth(root: str) -> int:
     """How far below this cgroup namespace's root a mount's root lies. Inside a private
     cgroup namespace the host's hierarchy, mounted in, shows its root as /../..: above
@@ -323,7 +210,7 @@ def _depth(root: str) -> int:
 def cgroup_stat(proc: str = "/proc") -> "CgroupStat | None":
     """cgroup.stat at the top of the visible cgroup v2 hierarchy: a container's own
     subtree, the host's where the host's cgroupfs is mounted. None without one."""
-    v2 = sorted((m for m in cgroup_mounts(proc) if m.version == 2), key=lambda m: _depth(m.root))
+    v2 = sorted((m for m in mounts(proc) if m.version == 2), key=lambda m: _depth(m.root))
     for m in v2:
         path = os.path.join(m.point, "cgroup.stat")
         try:

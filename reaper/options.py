@@ -7,20 +7,10 @@ start to the child's exec, which nothing may slow.
 """
 import os
 
-
-# reaper.log's text helpers, for error messages (and re-exported: signals, commands).
-# Imported on first use: reaper.log is not on the way from start to the child's exec.
-def display(text) -> str:
-    from reaper.log import display as _display
-
-    return _display(text)
-
-
-def quoted(text) -> str:
-    from reaper.log import quoted as _quoted
-
-    return _quoted(text)
-
+# The text helpers, for the parsers and messages here (options.digits and the others
+# still work). reaper/text.py imports nothing: one small file more on the way to the
+# child's exec (tests/test_import_graph.py pins what is loaded there).
+from reaper.text import digits, display, quoted  # noqa: F401
 
 DEFAULT_METRICS_PORT = 9259
 BUDGET_ACTIONS = ("observe", "nice", "throttle", "terminate")
@@ -33,6 +23,9 @@ _MAX_VERBOSITY = {"REAPER_VERBOSITY": 3, "TINI_VERBOSITY": 4}
 
 
 # The settings that turn budgets on; every other option of the budget section tunes them.
+# The budget kinds' dests (reaper/budgets/kinds/__init__.py: DESTS, which
+# tests/test_budget_kinds.py holds this equal to), spelt out here: Config.budgets_enabled
+# runs before every child's exec, where nothing of reaper.budgets may be imported.
 BUDGETS = ("cpu_budget", "cpu_budget_total", "memory_budget", "memory_budget_total", "stray_max_age")
 IDLE_BUDGET_HINT = ("set (as a flag or its variable) but without effect: no budget is given (--cpu-budget, "
                     "--cpu-budget-total, --memory-budget, --memory-budget-total or --stray-max-age)")
@@ -128,11 +121,6 @@ class Config:
 
 # --- value parsers: each raises ValueError with a message naming the problem ---
 
-def digits(text: str) -> bool:
-    """True for ASCII digits only: str.isdigit() and int() also take '٣' or '³'."""
-    return text.isascii() and text.isdigit()
-
-
 def _number(text: str, unit: str) -> float:
     """A decimal number in ASCII ('2', '0.5', '1e3'); not inf, nan, '1_000' or '٣'."""
     t = text.strip()
@@ -180,10 +168,9 @@ def size(text: str) -> int:
     t = text.strip()
     num = t.rstrip("KMGTi")
     unit = t[len(num):]
-    bad = ValueError(f"expected a size in bytes such as 512M, 2G or 1Gi, not {quoted(text)}")
     if unit not in _SIZE_UNITS or not num or not num.isascii() or num.strip("0123456789.") or \
             num.count(".") > 1 or num == ".":
-        raise bad
+        raise ValueError(f"expected a size in bytes such as 512M, 2G or 1Gi, not {quoted(text)}")
     v = int(float(num) * _SIZE_UNITS[unit])
     if v <= 0:
         raise ValueError(f"must be a size > 0, not {quoted(text)}")
@@ -293,7 +280,7 @@ class Option:
         self.short = short        # -s, or "" when there is none
         self.dest = dest          # Config attribute
         self.kind = kind          # flag | count | value | list | lines | off
-        self.help = help
+        self.help = help          # for --help; "{default}" there shows the Config default
         self.metavar = metavar    # "" for options that take no value
         self.parse = parse        # str -> value; raises ValueError
         self.env = env            # environment variables, first match wins
@@ -339,17 +326,18 @@ OPTIONS = (
            section="services"),
     Option("services-dir", "", "services_dir", "value", "every executable file in DIR is a service",
            "DIR", str, env=("REAPER_SERVICES_DIR",), section="services"),
-    Option("restart", "", "restart", "value", "always | on-failure | never: when a service is restarted (always)",
+    Option("restart", "", "restart", "value", "always | on-failure | never: when a service is restarted ({default})",
            "POLICY", _choice(RESTART_POLICIES, "restart policy"), env=("REAPER_RESTART",), section="services"),
-    Option("restart-delay", "", "restart_delay", "value", "seconds before the first restart (1), doubled each time",
-           "SECONDS", _seconds_positive, env=("REAPER_RESTART_DELAY",), section="services"),
-    Option("restart-max-delay", "", "restart_max_delay", "value", "the longest delay between restarts (30)",
+    Option("restart-delay", "", "restart_delay", "value",
+           "seconds before the first restart ({default}), doubled each time", "SECONDS", _seconds_positive,
+           env=("REAPER_RESTART_DELAY",), section="services"),
+    Option("restart-max-delay", "", "restart_max_delay", "value", "the longest delay between restarts ({default})",
            "SECONDS", _seconds_positive, env=("REAPER_RESTART_MAX_DELAY",), section="services"),
     Option("restart-limit", "", "restart_limit", "value",
-           "a service started N times within SECONDS is given up (5/120)", "N/SECONDS", _restart_limit,
+           "a service started N times within SECONDS is given up ({default})", "N/SECONDS", _restart_limit,
            env=("REAPER_RESTART_LIMIT",), section="services"),
     Option("on-service-failure", "", "on_service_failure", "value",
-           "ignore | stop: stop the main child and exit non-zero when a service is given up (ignore)",
+           "ignore | stop: stop the main child and exit non-zero when a service is given up ({default})",
            "ACTION", _choice(SERVICE_FAILURE_ACTIONS, "action"), env=("REAPER_ON_SERVICE_FAILURE",),
            section="services"),
     Option("service-ready", "", "service_ready", "list",
@@ -372,16 +360,16 @@ OPTIONS = (
            "SIGTERM a stray this many seconds after it was first seen, SIGKILL after --grace "
            "(observe only reports it)", "SECONDS", _seconds_positive,
            env=("REAPER_STRAY_MAX_AGE",), section="budget"),
-    Option("budget-window", "", "budget_window", "value", "seconds CPU use is averaged over (10)",
+    Option("budget-window", "", "budget_window", "value", "seconds CPU use is averaged over ({default})",
            "SECONDS", _seconds_positive, env=("REAPER_BUDGET_WINDOW",), section="budget"),
-    Option("budget-grace", "", "budget_grace", "value", "seconds a new stray may use CPU freely (30)",
+    Option("budget-grace", "", "budget_grace", "value", "seconds a new stray may use CPU freely ({default})",
            "SECONDS", _seconds_non_negative, env=("REAPER_BUDGET_GRACE",), section="budget"),
-    Option("budget-action", "", "budget_action", "value", "observe | nice | throttle | terminate (nice)",
+    Option("budget-action", "", "budget_action", "value", "observe | nice | throttle | terminate ({default})",
            "ACTION", _action, env=("REAPER_BUDGET_ACTION",), section="budget"),
     Option("budget-kill-after", "", "budget_kill_after", "value",
-           "seconds over budget before terminate acts (60)", "SECONDS", _seconds_non_negative,
+           "seconds over budget before terminate acts ({default})", "SECONDS", _seconds_non_negative,
            env=("REAPER_BUDGET_KILL_AFTER",), section="budget"),
-    Option("budget-interval", "", "budget_interval", "value", "seconds between CPU samples (1)",
+    Option("budget-interval", "", "budget_interval", "value", "seconds between CPU samples ({default})",
            "SECONDS", _seconds_positive, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
     Option("stray-match", "", "stray_match", "list", "a process whose command line matches is a stray (repeatable)",
            "REGEX", _later("regex"), env=("REAPER_STRAY_MATCH",), section="budget"),
@@ -396,15 +384,15 @@ OPTIONS = (
            "", lambda _: DEFAULT_METRICS_PORT, env=("REAPER_METRICS",), section="metrics"),
     Option("metrics-port", "", "metrics_port", "value", "serve Prometheus metrics on PORT",
            "PORT", _port, env=("REAPER_METRICS_PORT",), section="metrics"),
-    Option("metrics-address", "", "metrics_address", "value", "address the metrics endpoint binds (0.0.0.0)",
+    Option("metrics-address", "", "metrics_address", "value", "address the metrics endpoint binds ({default})",
            "ADDR", _later("address"), env=("REAPER_METRICS_ADDRESS",), section="metrics"),
     Option("metrics-file", "", "metrics_file", "value", "also write the metrics to PATH at an interval",
            "PATH", _later("writable_file"), env=("REAPER_METRICS_FILE",), section="metrics"),
-    Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes (10)",
+    Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes ({default})",
            "SECONDS", _seconds_positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
     Option("node-metrics", "", "node_metrics", "value",
            "summary | per-core | off: node CPU from /proc/stat as 10 series whatever the cores; per-core "
-           "adds 7 a core; off reads nothing (summary)",
+           "adds 7 a core; off reads nothing ({default})",
            "MODE", _choice(NODE_METRICS_MODES, "node metrics mode"), env=("REAPER_NODE_METRICS",),
            section="metrics"),
     Option("summary-file", "", "summary_file", "value", "write the exit summary (JSON) to PATH",
@@ -501,7 +489,7 @@ def _finish(cfg: Config) -> Config:
         from reaper.services import spec      # only when services are asked for
 
         try:
-            cfg.service_specs = spec.resolve(cfg)
+            cfg.service_specs = spec.resolve(cfg, {o.dest: o.parse for o in OPTIONS})
         except ValueError as e:
             raise UsageError(str(e)) from None
     if cfg.single_child:
@@ -512,17 +500,27 @@ def _finish(cfg: Config) -> Config:
 def parse(argv: list, environ: "dict | None" = None) -> Config:
     """Parse reaper's own arguments. Raises UsageError; returns a Config whose
     .command is empty only for --help/--version (handled by the caller)."""
-    environ = os.environ if environ is None else environ
-    cfg = Config()
-    opts, rest = _scan(argv)
-    given = {}
-    for opt, flag, value in opts:
-        given.setdefault(opt.dest, []).append((opt, value, flag))
-    if "verbosity" in given:                       # -q/-v given: the variables are not read,
-        cfg.verbosity = Config.verbosity           # each -v adds one to the default
+    found, rest = scan(argv)
+    cfg = configure(found, OPTIONS, os.environ if environ is None else environ)
+    if cfg.pause:
+        if rest:
+            raise UsageError(f"--pause takes no command (got {quoted(rest[0])})")
+        return _finish(cfg)
+    if not rest:
+        raise UsageError("no command given")
+    cfg.command = rest
+    return _finish(cfg)
 
-    # Environment first, then flags override it.
-    for opt in OPTIONS:
+
+def configure(found: list, table: tuple, environ) -> Config:
+    """A Config from the variables of table's options in environ, then the flags
+    found by scan(), which win: an option given as a flag has its variables not read
+    (-q/-v given: neither; each -v adds one to the default). Raises UsageError."""
+    cfg = Config()
+    given: dict = {}
+    for opt, flag, value in found:
+        given.setdefault(opt.dest, []).append((opt, value, flag))
+    for opt in table:
         if opt.dest in given:
             continue
         for var in opt.env:
@@ -534,23 +532,11 @@ def parse(argv: list, environ: "dict | None" = None) -> Config:
             setattr(cfg, dest, [])
         for opt, value, flag in uses:
             _apply(cfg, opt, None if opt.kind in ("flag", "count", "off", "quiet") else value, flag)
-
-    if cfg.pause:
-        if rest:
-            raise UsageError(f"--pause takes no command (got {quoted(rest[0])})")
-        return _finish(cfg)
-    if not rest:
-        raise UsageError("no command given")
-    cfg.command = rest
-    return _finish(cfg)
+    return cfg
 
 
 def _takes_value(opt: Option) -> bool:
     return opt.kind in ("value", "list", "lines") and opt.metavar != ""
-
-
-_LONG = {"--" + o.long: o for o in OPTIONS}
-_SHORT = {"-" + o.short: o for o in OPTIONS if o.short}
 
 
 def _next_value(argv: list, i: int, flag: str) -> str:
@@ -559,8 +545,31 @@ def _next_value(argv: list, i: int, flag: str) -> str:
     return argv[i]
 
 
-def _scan(argv: list) -> tuple:
-    """Splits argv into [(Option, flag, value)] and the command, POSIX style."""
+class HelpRequested(Exception):
+    pass
+
+
+class VersionRequested(Exception):
+    pass
+
+
+class LicenseRequested(Exception):
+    """tini's -l: print the license and exit."""
+
+
+# The flags that ask for something else than a run, and what scan() raises for each.
+REQUESTS = {"--help": HelpRequested, "-h": HelpRequested, "--version": VersionRequested,
+            "-V": VersionRequested, "--license": LicenseRequested, "-l": LicenseRequested}
+
+
+def scan(argv: list, table: tuple = OPTIONS, requests: "dict | None" = None) -> tuple:
+    """Splits argv into [(Option, flag, value)] and the operands (the command), POSIX
+    style: the first non-option, or --, ends the options. table: the options taken
+    (reaper's, or a subcommand's rows of it); requests: the flags that raise their
+    exception (REQUESTS by default). Raises UsageError."""
+    requests = REQUESTS if requests is None else requests
+    long = {"--" + o.long: o for o in table}
+    short = {"-" + o.short: o for o in table if o.short}
     found, i = [], 0
     while i < len(argv):
         arg = argv[i]
@@ -570,10 +579,9 @@ def _scan(argv: list) -> tuple:
             break
         if arg.startswith("--"):
             name, eq, value = arg.partition("=")
-            if name in ("--help", "--version", "--license"):
-                raise {"--help": HelpRequested, "--version": VersionRequested,
-                       "--license": LicenseRequested}[name]()
-            opt = _LONG.get(name)
+            if name in requests:
+                raise requests[name]()
+            opt = long.get(name)
             if opt is None:
                 raise UsageError(f"unknown option {display(name)}")
             if not _takes_value(opt):
@@ -590,9 +598,9 @@ def _scan(argv: list) -> tuple:
         j = 1                              # a cluster of short flags: -gw, -e143, -e 143
         while j < len(arg):
             flag = "-" + arg[j]
-            if flag in ("-h", "-V", "-l"):
-                raise {"-h": HelpRequested, "-V": VersionRequested, "-l": LicenseRequested}[flag]()
-            opt = _SHORT.get(flag)
+            if flag in requests:
+                raise requests[flag]()
+            opt = short.get(flag)
             if opt is None:
                 raise UsageError(f"unknown option {display(flag)}")
             if not _takes_value(opt):
@@ -609,18 +617,6 @@ def _scan(argv: list) -> tuple:
     return found, argv[i:]
 
 
-class HelpRequested(Exception):
-    pass
-
-
-class VersionRequested(Exception):
-    pass
-
-
-class LicenseRequested(Exception):
-    """tini's -l: print the license and exit."""
-
-
 def write_stdout(text: str, prog: str = "reaper", closed: bool = False) -> int:
     from reaper import usage    # with --help and the clients only: not on the way to the exec
 
@@ -630,4 +626,4 @@ def write_stdout(text: str, prog: str = "reaper", closed: bool = False) -> int:
 def help_text() -> str:
     from reaper import usage
 
-    return usage.help_text()
+    return usage.help_text(OPTIONS, Config, MAX_SECONDS)

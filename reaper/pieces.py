@@ -9,6 +9,8 @@ exec: this module is loaded after the child runs.
 import os
 import sys
 
+from reaper.policy import BUDGETS, HYGIENE, METRICS, OOM, SERVICES, STATISTICS, TITLE
+
 
 def compose(cfg, log, exporter, pid: int, inherited: list):
     """The policy pieces started after the spawn, in order; the boundary runs each
@@ -19,22 +21,22 @@ def compose(cfg, log, exporter, pid: int, inherited: list):
         # and the OOM score wait for it (it must get both as the invoker left them).
         later = cfg.services_enabled and not pid and not cfg.pause
         if cfg.services_enabled:
-            policy.start("services", lambda: _services(cfg, log, stats, sup))
+            policy.start(SERVICES, lambda: _services(cfg, log, stats, sup))
         if pid:
-            policy.call("statistics", _note_main, stats, pid, cfg.command)
+            policy.call(STATISTICS, _note_main, stats, pid, cfg.command)
         elif later:
             sup.spawn_main = lambda: _start_main_later(cfg, log, policy, stats, inherited)
         else:
             stats.main_state = "none"
         if not later:
-            policy.call("hygiene", _after_spawn, inherited)
-        policy.call("title", _set_title, cfg.command or ["pause"])
+            policy.call(HYGIENE, _after_spawn, inherited)
+        policy.call(TITLE, _set_title, cfg.command or ["pause"])
         if not later:
-            policy.call("oom", _protect_from_oom, log)
+            policy.call(OOM, _protect_from_oom, log)
         if exporter is not None:
-            policy.start("metrics", lambda: exporter.start(sup), getattr(exporter, "abort", None))
+            policy.start(METRICS, lambda: exporter.start(sup), getattr(exporter, "abort", None))
         if cfg.budgets_enabled:
-            policy.start("budgets", lambda: _enforcer(cfg, log, stats, sup))
+            policy.start(BUDGETS, lambda: _enforcer(cfg, log, stats, sup))
     return start
 
 
@@ -46,20 +48,20 @@ def _services(cfg, log, stats, sup):
 
 def _start_main_later(cfg, log, policy, stats, inherited: list) -> tuple:
     """Services mode: the main child's spawn, then what follows a spawn."""
-    from reaper.cli import spawn_main
+    from reaper.spawn import spawn_main
 
     pid, status = spawn_main(cfg, log)
     if pid is not None:
-        policy.call("statistics", _note_main, stats, pid, cfg.command)
+        policy.call(STATISTICS, _note_main, stats, pid, cfg.command)
     else:
         stats.main_state = "exec_failed"
-    policy.call("hygiene", _after_spawn, inherited)
-    policy.call("oom", _protect_from_oom, log)
+    policy.call(HYGIENE, _after_spawn, inherited)
+    policy.call(OOM, _protect_from_oom, log)
     return pid, status
 
 
 def _note_main(stats, pid: int, command: list) -> None:
-    from reaper.log import display
+    from reaper.text import display
 
     stats.main_pid = pid
     stats.main_state = "running"
@@ -78,7 +80,7 @@ def _after_spawn(inherited: list) -> None:
 
 
 def _set_title(command: list) -> None:
-    from reaper.log import display
+    from reaper.text import display
 
     # The title is C text: argv bytes that are not UTF-8 are shown escaped.
     _setproctitle()("reaper: " + display(" ".join(command)))

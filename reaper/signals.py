@@ -1,11 +1,10 @@
 """Signal names and numbers, both ways."""
-from __future__ import annotations
-
 # The built-in _signal, not signal: the same numbers without the enum module,
-# which costs PID 1 milliseconds and memory (this module is on the loop's path).
+# which costs PID 1 milliseconds and memory (this module is on the loop's path,
+# and with -r or -p on the way to the child's exec: no __future__ import either).
 import _signal as signal
 
-from reaper.options import digits, quoted
+from reaper.text import digits, quoted
 
 SIGRTMIN = signal.SIGRTMIN
 SIGRTMAX = signal.SIGRTMAX

@@ -6,7 +6,7 @@ import os
 import time
 
 from reaper import signals
-from reaper._native import REAP_LATENCY_BUCKETS, ffi  # the C core counts into the buckets too
+from reaper._native import REAP_LATENCY_BUCKETS  # the C core counts into the buckets too
 
 
 class Counter(dict):
@@ -22,13 +22,6 @@ def outcome(status: int) -> str:
     if os.WIFSIGNALED(status):
         return signals.name(os.WTERMSIG(status))
     return "exited_0" if os.WEXITSTATUS(status) == 0 else "exited_nonzero"
-
-
-def exit_code(status: int) -> int:
-    """Shell convention: N for exit(N), 128+N for death by signal N."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
 
 
 class BudgetStats:
@@ -104,7 +97,7 @@ class Stats:
         out = Counter(self._reaped)
         t = self.native
         if t is not None:
-            exited, signaled = ffi.unpack(t.exited, 256), ffi.unpack(t.signaled, len(t.signaled))
+            exited, signaled = t.exited(), t.signaled()
             out[("orphan", "exited_0")] += exited[0]
             out[("orphan", "exited_nonzero")] += sum(exited) - exited[0]
             for sig in range(1, len(signaled)):
@@ -126,17 +119,17 @@ class Stats:
 
     @property
     def reaped_cpu_seconds(self) -> float:
-        return self._cpu + (self.native.cpu_us / 1e6 if self.native is not None else 0.0)
+        return self._cpu + (self.native.cpu_seconds if self.native is not None else 0.0)
 
     @property
     def latency_buckets(self) -> list:
         if self.native is None:
             return list(self._latency_buckets)
-        return [a + b for a, b in zip(self._latency_buckets, self.native.latency)]
+        return [a + b for a, b in zip(self._latency_buckets, self.native.latency())]
 
     @property
     def latency_sum(self) -> float:
-        return self._latency_sum + (self.native.latency_sum_ns / 1e9 if self.native is not None else 0.0)
+        return self._latency_sum + (self.native.latency_seconds if self.native is not None else 0.0)
 
     @property
     def latency_count(self) -> int:

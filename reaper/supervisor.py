@@ -16,15 +16,14 @@ import time
 import _signal as signal
 
 from reaper import signals
-from reaper._native import EV_EXIT, EV_SIGNAL, EV_STOP, ms_until, scope_is_empty
-from reaper.boundary import own_children
+from reaper._native import EV_EXIT, EV_SIGNAL, EV_STOP, exit_code, ms_until
+from reaper.drain import Drain
 from reaper.log import DEBUG, ERROR, INFO, Log
 from reaper.options import Config
-from reaper.stats import Stats, exit_code
+from reaper.policy import SERVICES, STATISTICS
+from reaper.stats import Stats
+from reaper.status import from_code
 
-KILL_WAIT = 5.0          # seconds to wait for SIGKILLed processes to be reaped
-RESCAN_FIRST = 0.05      # as subreaper, look for late children this soon after SIGKILL,
-RESCAN_MAX = 1.0         # then twice as long each time, up to this
 WAIT_RETRY = 0.01        # after a failed wait (ENOMEM), before the next one
 FORCE_AFTER = 3          # the third SIGTERM/SIGINT kills everything at once
 # Job control: received, forwarded, then reaper stops itself (not as PID 1); a
@@ -34,26 +33,8 @@ JOB_STOPS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 STOP_REQUESTS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
-_STOPS = (1 << (signal.SIGSTOP - 1),
-          sum(1 << (s - 1) for s in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)))
-
-
-def _stop_pending(pid: int) -> bool:
-    """True if pid has a stop signal pending that will stop it: SIGSTOP, or a
-    job-control one it neither blocks nor ignores (its default action is to stop;
-    a handler of its own is counted too, harmlessly)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f if line[:3] in (b"Sig", b"Shd"))
-        pending = int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16)
-        held = int(fields[b"SigBlk"], 16) | int(fields[b"SigIgn"], 16)
-    except (OSError, ValueError, KeyError):
-        return False
-    return bool(pending & _STOPS[0] or pending & _STOPS[1] & ~held)
-
-
 class Supervisor:
-    def __init__(self, cfg: Config, log: Log, stats: Stats, waiter, policy) -> None:
+    def __init__(self, cfg: Config, log: Log, stats: Stats, waiter, policy, forwarding: dict) -> None:
         self.cfg = cfg
         self.log = log
         self.stats = stats
@@ -62,26 +43,18 @@ class Supervisor:
         self.pid = os.getpid()
         self.is_pid1 = self.pid == 1
         self.debug = log.enabled(DEBUG)  # checked before building debug lines on hot paths
+        self.forwarding = forwarding     # _native.forward_table: armed again for a main child started late
+        # The end of everything left (reaper/drain.py): its phase is the Supervisor's.
+        self.drain = Drain(cfg, log, stats, policy)
         self.main_pid: "int | None" = None
-        self.main_group = 0              # the main child's process group, for the drain without /proc
         self.supervised: set = set()     # pids reaper started besides the main child
-        self.phase = "running"
         self.term_count = 0
         self.stop_forwarded = False      # a SIGTERM reached the main child: a requested stop
-        self.deadline: "float | None" = None
-        self.rescan_at: "float | None" = None
-        self.rescan_every = RESCAN_FIRST
-        self.drain_started = 0.0
-        self.drain_targets: dict = {}    # pid -> start time, at drain start
-        self.kill_targets: dict = {}     # pid -> start time, still alive at SIGKILL
-        self.denied: dict = {}           # pid -> name: processes reaper may not signal
         self.wait_errors = 0
-        self.stopped: set = set()        # pids seen stopped (state T or t) by the last scope scan
         self.batch: list = []            # the events of the current wait, for look-ahead
-        self.no_children = False         # the last wait found no child left (ECHILD)
-        # Supervised services (reaper/services/): the runner, set by the "services" piece;
-        # the main child is then started from the loop (spawn_main, set by reaper/pieces.py).
-        self.services = None
+        # Supervised services (reaper/services/): the runner (the services property), set
+        # by the "services" piece; the main child is then started from the loop
+        # (spawn_main, set by reaper/pieces.py).
         self.spawn_main = None           # () -> (pid, None) or (None, exit status)
         self.awaiting_main = False       # services run, the main child not yet
         self.fixed_status: "int | None" = None   # reaper's exit status, decided before any main child
@@ -89,6 +62,55 @@ class Supervisor:
         # The C core's quiet end is armed (boundary.supervise): checked before each
         # wait, and switched off at the first thing the end would have to say.
         self.quiet_end = False
+
+    # What the drain, the services runner and the budgets read of the Supervisor.
+
+    @property
+    def phase(self) -> str:
+        """running, draining, killing, done."""
+        return self.drain.phase
+
+    @property
+    def deadline(self) -> "float | None":
+        return self.drain.deadline
+
+    @property
+    def main_group(self) -> int:
+        """The main child's process group (its pid), for forwarding with -g and the drain
+        without /proc; 0 in pause mode."""
+        return self.drain.main_group
+
+    @main_group.setter
+    def main_group(self, pid: int) -> None:
+        self.drain.main_group = pid
+
+    @property
+    def services(self):
+        return self.drain.services
+
+    @services.setter
+    def services(self, runner) -> None:
+        self.drain.services = runner
+
+    def request_stop(self) -> None:
+        """--on-service-failure stop (the services runner): the main child is stopped as
+        on a SIGTERM to reaper (forwarded as -r says), and reaper exits non-zero whatever
+        -e and --exit-zero-on-stop say; before it started (--wait-ready), it never starts
+        and reaper exits 1."""
+        self.service_failure = True
+        if self.awaiting_main:
+            self.fixed_status = 1
+            self._begin_drain()
+            return
+        if self.main_pid is None or self.waiter.main_reaped or self.phase != "running":
+            return                             # it has ended already: the drain is on its way
+        signo = self.forwarding[signal.SIGTERM][0] or signal.SIGTERM
+        for target in ([-self.main_group] if self.cfg.process_group and self.main_group else []) + [self.main_pid]:
+            try:
+                os.kill(target, signo)
+                break
+            except OSError:
+                continue
 
     # --- the loop ---------------------------------------------------------
 
@@ -98,7 +120,6 @@ class Supervisor:
         self.main_pid = main_pid or None
         self.main_group = main_pid or 0      # pause mode: no main child, no group
         self.awaiting_main = not main_pid and self.spawn_main is not None and self.phase == "running"
-        spec = self.waiter.spec
         more = False
         while True:
             if self.awaiting_main:
@@ -118,12 +139,12 @@ class Supervisor:
             for i, ev in enumerate(events):
                 self._handle(ev, i)
             if self.waiter.fds_ready and self.services is not None:    # a readiness pipe
-                self.policy.call("services", self.services.read_ready)
+                self.policy.call(SERVICES, self.services.read_ready)
             # The C core records the main child's status itself: decided from there,
             # not from an event, so nothing in Python can lose it.
-            if self.main_pid is not None and spec.watch_reaped:
-                self.no_children = no_children
-                self._main_exited(spec.watch_status)
+            if self.main_pid is not None and self.waiter.main_reaped:
+                self.drain.no_children = no_children
+                self._main_exited(self.waiter.main_status)
             # Deadlines are looked at after every batch, even when more is queued:
             # a flood of signals must not hold the drain past its end.
             now = time.monotonic()
@@ -142,20 +163,20 @@ class Supervisor:
 
     def _may_exit(self, no_children: bool, now: float) -> bool:
         if not self.cfg.no_drain:
-            return self._drain_step(no_children, now)
+            return self.drain.step(no_children, now)
         if self.services is None:
             return True
         # --no-drain still stops the services, in order, within the grace.
-        if now >= self.deadline:
-            self.policy.call("services", self.services.kill_left)
+        if now >= self.drain.deadline:
+            self.policy.call(SERVICES, self.services.kill_left)
             return True
-        return self.policy.call("services", self.services.drain_step, now) is not False
+        return self.policy.call(SERVICES, self.services.drain_step, now) is not False
 
     def _maybe_start_main(self) -> None:
         """Services mode: the main child starts once the services piece lets it (at
         once, or when the --service-ready ones are ready), or when that piece is off."""
-        if self.services is not None and "services" not in self.policy.off and \
-                not self.policy.call("services", self.services.main_may_start) and "services" not in self.policy.off:
+        if self.services is not None and SERVICES not in self.policy.off and \
+                not self.policy.call(SERVICES, self.services.main_may_start) and SERVICES not in self.policy.off:
             return
         self.awaiting_main = False
         pid, status = self.spawn_main()
@@ -164,17 +185,14 @@ class Supervisor:
             self._begin_drain()
             return
         self.main_pid = self.main_group = pid
-        spec = self.waiter.spec
-        self.waiter.watch(pid, bool(spec.report_all), not self.is_pid1)
-        from reaper.boundary import forward_table
-
-        self.waiter.forward(pid, self.cfg.process_group, forward_table(self.cfg.rewrite))
+        self.waiter.watch(pid, self.waiter.reports_all, not self.is_pid1)
+        self.waiter.forward(pid, self.cfg.process_group, self.forwarding)
 
     def _timeout_ms(self) -> int:
         due = self.policy.next_deadline()
-        for d in (self.deadline, self.rescan_at):
-            if d is not None and (due is None or d < due):
-                due = d
+        d = self.drain.next_deadline()
+        if d is not None and (due is None or d < due):
+            due = d
         return ms_until(due)
 
     def wait_failed(self, e: OSError) -> None:
@@ -186,9 +204,9 @@ class Supervisor:
 
     def _handle(self, ev, i: int = 0) -> None:
         if ev.kind == EV_EXIT:
-            self.policy.call("statistics", self._record_exit, ev)
+            self.policy.call(STATISTICS, self._record_exit, ev)
             if self.services is not None and ev.pid != self.main_group:
-                self.policy.call("services", self.services.on_exit, ev.pid, ev.code)
+                self.policy.call(SERVICES, self.services.on_exit, ev.pid, ev.code)
         elif ev.kind == EV_STOP:
             self._on_main_stopped(ev, i)
         else:
@@ -218,7 +236,7 @@ class Supervisor:
 
     def _main_exited(self, status: int) -> None:
         pid, self.main_pid = self.main_pid, None     # the C core stopped forwarding to it
-        self.policy.call("statistics", self._record_main, status)
+        self.policy.call(STATISTICS, self._record_main, status)
         if self.log.enabled(INFO):   # not even formatted on the way out unless shown
             self.log.info(f"main child {pid} ended: {self._describe(status)}")
         self._begin_drain()
@@ -231,7 +249,7 @@ class Supervisor:
     # --- signals ----------------------------------------------------------
 
     def _on_signal(self, ev, i: int = 0) -> None:
-        # The C core has already forwarded it (boundary.forward_table): bookkeeping,
+        # The C core has already forwarded it (_native.forward_table): bookkeeping,
         # and job control.
         signo = ev.signo
         if ev.pid == self.pid:       # raised by reaper itself (SIGPIPE from a closed pipe)
@@ -242,7 +260,7 @@ class Supervisor:
             self.stats.stop_requested = True
         if signo == signal.SIGTERM or signo == signal.SIGINT:
             self.term_count += 1
-        self.policy.call("statistics", self._record_signal, ev)
+        self.policy.call(STATISTICS, self._record_signal, ev)
         if self.phase != "running":
             self._signal_while_draining(signo)
         elif self.cfg.pause and signo in (signal.SIGTERM, signal.SIGINT):
@@ -252,9 +270,7 @@ class Supervisor:
             # Services waiting for readiness: the main child never starts. The status
             # is the one it would have had, killed by the signal (-e, --exit-zero-on-stop apply).
             self.log.info(f"{signals.name(signo)} received before the main child started: not starting it")
-            code = 128 + signo
-            stopped = self.cfg.exit_zero_on_stop and signo == signal.SIGTERM
-            self.fixed_status = 0 if code in self.cfg.remap_exit or stopped else code
+            self.fixed_status = from_code(self.cfg, 128 + signo, signo == signal.SIGTERM)
             self._begin_drain()
         elif signo in JOB_STOPS and ev.forwarded != 0 and self.main_pid is not None and \
                 not (signo == self.cfg.pdeath_signal and ev.code == signals.SI_USER and ev.pid == 0):
@@ -271,9 +287,9 @@ class Supervisor:
         not reaper): reaper stops too, so that its shell takes the terminal back."""
         if ev.pid != self.main_pid or ev.signo not in JOB_STOPS or self.phase != "running":
             return
-        from reaper import nodestats
+        from reaper.procfs.processes import read_proc
 
-        p = nodestats.read_proc(ev.pid)
+        p = read_proc(ev.pid)
         if p is not None and p.state not in ("T", "t"):
             return                   # already continued: nothing to follow
         self._stop_self(f"main child {ev.pid} stopped by {signals.name(ev.signo)}", i, group=True)
@@ -334,7 +350,7 @@ class Supervisor:
         if signo in (signal.SIGTERM, signal.SIGINT) and self.term_count >= FORCE_AFTER \
                 and self.phase == "draining":
             self.log.warn(f"{sname} received {self.term_count} times: killing everything now")
-            self._kill_all()
+            self.drain.kill_now()
         else:
             # A flood must not become a flood of lines: one, then a count.
             self.log.event(("draining", signo), INFO,
@@ -342,216 +358,15 @@ class Supervisor:
 
     # --- end of life --------------------------------------------------------
 
-    def _scope(self) -> dict:
-        """pid -> start time of every process reaper is responsible for now: the whole
-        namespace as PID 1, else its descendants. One read of /proc/*/stat, no psutil.
-        Empty without /proc (then said once)."""
-        from reaper import nodestats
-
-        table = nodestats.scan()
-        if not table and not os.path.exists("/proc/self/stat"):
-            self._once_no_proc()
-            return {}
-        pids = set(table) - {self.pid} if self.is_pid1 else nodestats.descendants(table, self.pid)
-        self.stopped = {pid for pid in pids if table[pid].state in ("T", "t")}
-        return {pid: table[pid].start for pid in pids if table[pid].state != "Z"}
-
-    def _once_no_proc(self) -> None:
-        if self.is_pid1:
-            return        # kill(-1) needs no /proc: the drain works, only its counts are unknown
-        self.log.event("no-proc", 1, "no /proc: cannot see reaper's descendants; only the main "
-                                     "child's process group is signalled at the end")
-
-    @staticmethod
-    def _alive(targets: dict) -> dict:
-        from reaper import nodestats
-
-        alive = {}
-        for pid, start in targets.items():
-            p = nodestats.read_proc(pid)
-            if p is not None and p.start == start and p.state != "Z":
-                alive[pid] = start
-        return alive
-
-    def _signal_scope(self, signo: int, targets: "dict | None" = None) -> None:
-        # Checked at the call, not from startup state: getpid() == 1 means PID 1 of
-        # its own namespace, where -1 is exactly "everyone but me". Anywhere else
-        # kill(-1) would reach every process the user owns. (Not while services are
-        # kept out of the round: they are stopped later, one at a time.)
-        if os.getpid() == 1 and (signo == signal.SIGKILL or not self._services_kept()):
-            try:
-                os.kill(-1, signo)
-            except OSError:   # ESRCH: nobody left; EPERM: none it may signal
-                pass
-            return
-        targets = self._scope() if targets is None else targets
-        if not targets and not os.path.exists("/proc/self/stat"):
-            if not self.main_group:
-                return          # pause mode: no group to fall back on (kill(0) would be reaper's own)
-            # Blind without /proc: the main child's group at least (a group id
-            # stays taken while the group has members, so it names no stranger).
-            try:
-                os.kill(-self.main_group, signo)
-            except OSError:
-                pass
-            return
-        denied = []
-        for pid, start in targets.items():
-            if not self._signal_one(pid, start, signo) and pid not in self.denied:
-                denied.append(pid)
-        if denied:
-            self._note_denied(denied, signo)
-
-    def _note_denied(self, pids: list, signo: int) -> None:
-        """Names, once each, the processes reaper may not signal (EPERM)."""
-        from reaper.proctable import read_comm
-
-        for pid in pids:
-            self.denied[pid] = read_comm(pid)
-        self.policy.call("statistics", self._count_denied, len(pids))
-        named = ", ".join(f"{pid} ({self.denied[pid]})" for pid in pids[:10])
-        more = f" and {len(pids) - 10} more" if len(pids) > 10 else ""
-        self.log.warn(f"not permitted to signal {len(pids)} process(es) ({signals.name(signo)}): "
-                      f"{named}{more}; the drain goes on without them")
-
-    def _count_denied(self, n: int) -> None:
-        self.stats.drain["not_permitted"] += n
-
-    @staticmethod
-    def _signal_one(pid: int, start: float, signo: int) -> bool:
-        """Signals pid only if it is still the process that was found: the pidfd is
-        taken first, so the start-time check after it cannot be outrun by pid reuse.
-        False only if reaper may not signal it (EPERM); a process gone is fine."""
-        from reaper import nodestats
-
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return True
-        except (AttributeError, OSError):
-            fd = None                       # no pidfds on this kernel: check, then kill
-        try:
-            p = nodestats.read_proc(pid)
-            if p is None or p.start != start:
-                return True
-            if fd is not None:
-                signal.pidfd_send_signal(fd, signo)
-            else:
-                os.kill(pid, signo)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            return False
-        finally:
-            if fd is not None:
-                os.close(fd)
-        return True
-
-    def _kill_children(self) -> None:
-        for pid in own_children():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                if pid not in self.denied:
-                    self._note_denied([pid], signal.SIGKILL)
-
     def _begin_drain(self) -> None:
-        # Phase and deadline first: whatever fails below, the loop still ends.
-        self.phase = self.stats.phase = "draining"
-        self.drain_started = time.monotonic()
-        self.deadline = self.drain_started + self.cfg.grace
         self.awaiting_main = False
-        if self.services is not None:   # no more restarts; stopped after the rest (drain_step)
-            self.policy.call("services", self.services.begin_drain)
-        if self.cfg.no_drain:
-            return                  # --no-drain: the rest is left alone (run() exits now)
-        self._terminate_scope()
-
-    def _services_kept(self) -> bool:
-        return self.services is not None and "services" not in self.policy.off and \
-            bool(self.policy.call("services", self.services.kept))
-
-    def _terminate_scope(self) -> None:
-        if scope_is_empty(self.no_children, self.main_group):
-            self.drain_targets = {}                 # the common end: no /proc scan, no imports
-            return
-        self.drain_targets = self._scope()
-        if self._services_kept():       # the services and their trees come later, in order
-            self.drain_targets = self.policy.call("services", self.services.exclude, self.drain_targets) \
-                or {}
-        if not self.drain_targets and os.path.exists("/proc/self/stat"):
-            return                                  # nothing left: the next wait says ECHILD
-        if self.cfg.grace <= 0:
-            self._kill_all()
-            return
-        if self.drain_targets:
-            self.log.info(f"draining {len(self.drain_targets)} remaining process(es): "
-                          f"SIGTERM, then SIGKILL after {self.cfg.grace:g}s")
-        self._signal_scope(signal.SIGTERM, self.drain_targets)
-        # A stopped process must run to handle SIGTERM: SIGCONT to those /proc shows
-        # stopped, and only to them (without /proc, to all, as it cannot tell).
-        if not os.path.exists("/proc/self/stat"):
-            self._signal_scope(signal.SIGCONT, self.drain_targets)
-            return
-        # ...and to those about to stop (a stop signal pending, not yet acted on): they
-        # would stop in their SIGTERM handler (the lower signal is taken first).
-        for pid in sorted(self.drain_targets):
-            if pid in self.stopped or _stop_pending(pid):
-                self._signal_one(pid, self.drain_targets[pid], signal.SIGCONT)
-
-    def _kill_all(self) -> None:
-        self.phase = self.stats.phase = "killing"
-        self.deadline = time.monotonic() + KILL_WAIT
-        try:   # who is left, for the drain statistics; SIGKILL goes out whatever happens here
-            alive = self._alive(self.drain_targets)
-            scope = self._scope()
-            late = {p: c for p, c in scope.items() if p not in alive}
-            self.kill_targets = {**alive, **late}
-            self.stats.drain["terminated"] += len(self.drain_targets) - len(alive)
-        finally:
-            self._signal_scope(signal.SIGKILL, None if self.is_pid1 else self.kill_targets or None)
-        if not self.is_pid1:
-            self.rescan_every = RESCAN_FIRST
-            self.rescan_at = time.monotonic() + self.rescan_every
-        if self.kill_targets:
-            self.log.info(f"sent SIGKILL to {len(self.kill_targets)} process(es) left")
-
-    def _drain_step(self, no_children: bool, now: float) -> bool:
-        """Advances the drain; True when reaper may exit."""
-        if no_children:
-            if self.phase == "draining":
-                self.stats.drain["terminated"] += len(self.drain_targets)
-            else:
-                self.stats.drain["killed"] += len(self.kill_targets)
-            return True
-        if self.phase == "draining" and now >= self.deadline:
-            self._kill_all()
-        elif self.phase == "draining" and self.services is not None:
-            self.policy.call("services", self.services.drain_step, now)    # the ordered stop
-        elif self.phase == "killing":
-            if now >= self.deadline:
-                survivors = self._alive(self.kill_targets)
-                self.stats.drain["killed"] += len(self.kill_targets) - len(survivors)
-                self.stats.drain["survived"] += len(survivors)
-                if survivors:
-                    self.log.warn(f"{len(survivors)} process(es) survived SIGKILL: {sorted(survivors)[:10]}")
-                return True
-            if self.rescan_at is not None and now >= self.rescan_at:
-                # Children forked after the last look, or orphans of the killed.
-                self._kill_children()
-                self.rescan_every = min(RESCAN_MAX, self.rescan_every * 2)
-                self.rescan_at = now + self.rescan_every
-        return False
+        self.drain.begin()
 
     def _finish(self) -> int:
-        self.phase = self.stats.phase = "done"
-        self.stats.drain_seconds = time.monotonic() - self.drain_started
+        self.drain.done()
         self.policy.close()
-        code = 0 if self.cfg.pause else exit_code(self.waiter.spec.watch_status)
-        stopped = self.cfg.exit_zero_on_stop and self.stop_forwarded
-        status = 0 if code in self.cfg.remap_exit or stopped else code
+        code = 0 if self.cfg.pause else exit_code(self.waiter.main_status)
+        status = from_code(self.cfg, code, self.stop_forwarded)
         if self.fixed_status is not None:          # the main child never ran
             status = self.fixed_status
         elif self.service_failure:                 # --on-service-failure stop: never 0

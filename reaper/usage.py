@@ -1,11 +1,11 @@
-"""reaper's --help text, and writing it (or any client's output) to standard output.
+"""reaper's --help text (and the rows of a subcommand's), and writing it (or any
+client's output) to standard output.
 
-Apart from reaper/options.py, whose table it reads: every byte of that module is
-loaded on the way from start to the child's exec, this one only when asked.
+Apart from reaper/options.py, whose table it formats (given by the caller: this
+module imports no other of reaper's): every byte of that module is loaded on the
+way from start to the child's exec, this one only when asked.
 """
 import os
-
-from reaper.options import MAX_SECONDS, OPTIONS
 
 
 def write_stdout(text: str, prog: str = "reaper", closed: bool = False) -> int:
@@ -37,13 +37,15 @@ def _is_signalfd(fd: int) -> bool:
         return False
 
 
-_SECTIONS = (("core", "Options"), ("services", "Supervised services"),
-             ("budget", "Budgets for stray processes (CPU, memory, lifetime)"),
-             ("metrics", "Statistics"))
+SECTIONS = (("core", "Options"), ("services", "Supervised services"),
+            ("budget", "Budgets for stray processes (CPU, memory, lifetime)"),
+            ("metrics", "Statistics"))
+HELP_ROW = ("-h, --help", "show this help and exit")
 
 
-def help_text() -> str:
-    lines = [
+def help_text(table: tuple, config: type, max_seconds: int) -> str:
+    """reaper's --help: table, reaper/options.py's OPTIONS; config, its Config."""
+    head = [
         "usage: reaper [OPTIONS] [--] COMMAND [ARGS...]",
         "       reaper -P [OPTIONS]                  (pause mode: no command)",
         "       reaper stats [--url URL | --file PATH]",
@@ -51,20 +53,44 @@ def help_text() -> str:
         "",
         "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits",
         "with COMMAND's status. Every option also reads a REAPER_* environment variable.",
-        f"SECONDS are at most {MAX_SECONDS} (one week). Quiet by default: errors, warnings and,",
+        f"SECONDS are at most {max_seconds} (one week). Quiet by default: errors, warnings and,",
         "when reaper did something (reaped an orphan, drained, acted on a budget), one",
         "summary line at exit.",
     ]
+    rows = option_rows(table, config) + [("", ""), HELP_ROW, ("-V, --version", "show the version and exit"),
+                                         ("-l, --license", "show the license and exit")]
+    return render(head, rows)
+
+
+def option_rows(table: tuple, config: type, helps: "dict | None" = None) -> list:
+    """(flag, text) rows of table's options by section, each section under its title:
+    the help text (helps[long] instead, where given) with "{default}" replaced by
+    config's default, then the first variable."""
     rows = []
-    for section, title in _SECTIONS:
-        rows.append(("", title + ":"))
-        for o in OPTIONS:
-            if o.section != section:
-                continue
+    for section, title in SECTIONS:
+        picked = [o for o in table if o.section == section]
+        if picked:
+            rows.append(("", title + ":"))
+        for o in picked:
             flag = (f"-{o.short}, " if o.short else "    ") + f"--{o.long}" + (f" {o.metavar}" if o.metavar else "")
-            rows.append((flag, o.help + (f"  [{o.env[0]}]" if o.env else "")))
-    rows += [("", ""), ("-h, --help", "show this help and exit"), ("-V, --version", "show the version and exit"),
-             ("-l, --license", "show the license and exit")]
+            text = (helps or {}).get(o.long, o.help)
+            if "{default}" in text:
+                text = text.replace("{default}", shown(getattr(config, o.dest)))
+            rows.append((flag, text + (f"  [{o.env[0]}]" if o.env else "")))
+    return rows
+
+
+def shown(value) -> str:
+    """A default as --help shows it: 1.0 as 1, (5, 120.0) as 5/120."""
+    if isinstance(value, tuple):
+        return "/".join(shown(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def render(head: list, rows: list) -> str:
+    """head's lines, then the rows: (flag, text) in two columns; ("", title) a
+    title after an empty line; ("", "") an empty line."""
+    lines = list(head)
     width = max(len(f) for f, _ in rows) + 2
     for flag, text in rows:
         if not flag:

@@ -5,7 +5,7 @@ the way from start to the child's exec.
 """
 import os
 
-from reaper.options import digits, display, quoted
+from reaper.text import digits, display, quoted
 
 
 def address(text: str) -> str:

@@ -353,7 +353,7 @@ def duty_faults() -> dict:
     not signal it) listed first, one of its own. The root one's refusal must not
     stop the other being stopped, nor leave a deadline behind, nor keep close()
     from resuming the other."""
-    from reaper.budgets.procctl import Handle, NotPermitted
+    from reaper.procctl import Handle, NotPermitted
     from reaper.budgets.throttle import DutyCycler
 
     # Another session: within one, SIGCONT may go to anyone (so close() would not meet a refusal).
@@ -429,7 +429,7 @@ def recycled_pid(pidfds: bool = True) -> dict:
     """Pins a process, lets it die, brings its pid back in a new process, then
     tries every action through the stale handle: each must refuse. Without pidfds
     (as on kernels before 5.3) signals fall back to a start-time check and kill()."""
-    from reaper.budgets import procctl
+    from reaper import procctl
     from reaper.budgets.throttle import DutyCycler
 
     procctl.HAVE_PIDFD = pidfds

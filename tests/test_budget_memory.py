@@ -117,9 +117,9 @@ def test_terminate_stops_a_growing_stray_at_the_first_sample_over_budget(reaper,
 
 def _v2_memory() -> str:
     """'' if a v2 hierarchy offers the memory controller to reaper's cgroup, else why not."""
-    from reaper.budgets import cgroupfs
+    from reaper.procfs.cgroups import own_dir
 
-    where = cgroupfs.own_dir("")
+    where = own_dir("")
     if where is None:
         return "no cgroup v2 hierarchy on this machine"
     try:
@@ -137,14 +137,18 @@ def test_throttle_on_a_cgroup_v2_memory_controller(reaper):
     if why:
         pytest.skip(why)                   # what the machine cannot do, CI or not
     tag = bh.marker()
-    r = _start(reaper, ["-v", "--memory-budget", "64M", "--budget-action", "throttle", *FAST],
-               MAIN_HOLDS, GROW, tag)
+    r = _start(reaper, ["-v", "--memory-budget", "64M", "--budget-action", "throttle", "--grace", "30", *FAST],
+               MAIN_HOLDS, GROW_DEAF, tag)
     (pid,) = bh.wait_tagged(tag)
-    peak = watch_peak(pid, lambda: False, 30)
-    assert peak < BUDGET + 4 * MB
+    held_before = bh.private_memory(pid)                 # charged where it was: not the leaf's
+    peak = watch_peak(pid, lambda: False, 30)            # it grows until the cgroup's OOM killer ends it
+    assert peak < 2 * BUDGET, f"the stray reached {peak / MB:.0f} MiB"
+    assert peak < BUDGET + held_before + 16 * MB, f"{peak / MB:.0f} MiB, {held_before / MB:.0f} MiB before"
     r.send(signal.SIGTERM)
     r.wait()
     assert "cgroup v2 memory controller" in r.stderr, r.stderr
+    assert re.search(r"stray \d+ \(python\S*\) was killed by the kernel's OOM killer inside its memory cgroup",
+                     r.stderr), r.stderr
 
 
 IDLE_WITH_HANDLER = ("import signal, sys, time\n"
@@ -241,15 +245,15 @@ OLDER_KERNEL_ROOT_STAT = "nr_descendants 57\nnr_dying_descendants 4\n"
 
 
 def test_cgroup_stat_of_a_newer_kernel_is_parsed_exactly():
-    from reaper import nodestats
+    from reaper.procfs.cgroups import parse_cgroup_stat
 
-    st = nodestats.parse_cgroup_stat(NEWER_KERNEL_ROOT_STAT, "/sys/fs/cgroup")
+    st = parse_cgroup_stat(NEWER_KERNEL_ROOT_STAT, "/sys/fs/cgroup")
     assert (st.live, st.dying) == (412, 68213)
     assert st.subsys == {"cpu": 198, "io": 198, "memory": 405, "pids": 405, "hugetlb": 1}
     assert st.dying_subsys == {"cpu": 3, "io": 3, "memory": 68201, "pids": 0, "hugetlb": 0}
-    old = nodestats.parse_cgroup_stat(OLDER_KERNEL_ROOT_STAT)
+    old = parse_cgroup_stat(OLDER_KERNEL_ROOT_STAT)
     assert (old.live, old.dying, old.subsys, old.dying_subsys) == (57, 4, {}, {})
-    assert nodestats.parse_cgroup_stat("garbage\nnr_descendants x\n") is None
+    assert parse_cgroup_stat("garbage\nnr_descendants x\n") is None
 
 
 def _v2_root() -> "str | None":
@@ -263,6 +267,7 @@ def _v2_root() -> "str | None":
 
 def test_cgroup_stat_on_this_machines_v2_hierarchy(tmp_path):
     from reaper import nodestats
+    from reaper.procfs.cgroups import parse_cgroup_stat
 
     root = _v2_root()
     if root is None:
@@ -275,7 +280,7 @@ def test_cgroup_stat_on_this_machines_v2_hierarchy(tmp_path):
         def agree():
             text = (Path(root) / "cgroup.stat").read_text()
             st = nodestats.cgroup_stat()
-            want = nodestats.parse_cgroup_stat(text)
+            want = parse_cgroup_stat(text)
             return st if st is not None and want is not None and \
                 (st.live, st.dying) == (want.live, want.dying) else None
         st = wait_for(agree, 10, what="cgroup.stat to hold still")

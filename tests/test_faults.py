@@ -378,6 +378,29 @@ def test_a_supervisor_that_cannot_be_built_still_forwards(reaper):
     assert "minimal loop" in r.stderr
 
 
+def test_when_not_even_the_boundary_loads_the_core_takes_the_child_to_its_end(reaper):
+    """The one step after the spawn outside the boundary, its own import: if it fails
+    (EMFILE), the C core reaps and forwards until the main child ends, with one line."""
+    r = reaper(["-e", "7", "--", *WAIT_FOR_USR1], exe=faulty("no-import-boundary"))
+    assert r.readline() == "ready"
+    r.send(signal.SIGUSR1)                   # forwarded by the C core alone
+    assert r.wait() == 6, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "cannot load its loop" in lines[0] and "Too many open files" in lines[0], r.stderr
+    r = reaper(["-e", "3", "--", "sh", "-c", "exit 3"], exe=faulty("no-import-boundary"))
+    assert r.wait() == 0, r.stderr           # -e applies
+
+
+def test_when_the_pieces_cannot_load_the_minimal_loop_takes_over(reaper, tmp_path):
+    """After the spawn, the pieces load inside the boundary: an import that fails there
+    ends in the minimal loop (reap, forward, drain), not in the end of PID 1."""
+    log = tmp_path / "log"
+    r = reaper(["--", PYTHON, "-c", LEAVE_ORPHAN, str(log), "5"], exe=faulty("no-import-pieces"))
+    assert r.wait() == 5, r.stderr
+    assert log.read_text().split() == ["ready", "term"]      # the orphan drained
+    assert len([l for l in r.stderr.splitlines() if "minimal loop" in l]) == 1, r.stderr
+
+
 def test_poll_failures_are_retried(reaper):
     r = reaper(["--", *WAIT_FOR_USR1], exe=faulty("wait-enomem"))
     assert r.readline() == "ready"

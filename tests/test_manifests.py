@@ -248,3 +248,14 @@ def test_the_kuberay_command_makes_the_generated_command_reapers_main_child(tmp_
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert seen["ppid"] == 1 and seen["pid"] == 2        # the main child itself, under reaper as PID 1
     assert seen["argv"] == ["start", "--block", '--resources={"GPU": 1}']
+
+
+def test_every_subpackage_ships_in_the_wheel():
+    """pyproject.toml lists the packages by hand (no package discovery): a subpackage
+    left out would be missing from the wheel and sdist installs."""
+    root = Path(__file__).resolve().parents[1]
+    listed = re.search(r"^packages = \[(.*)\]$", (root / "pyproject.toml").read_text(), re.M).group(1)
+    listed = {name.strip().strip('"') for name in listed.split(",")}
+    found = {".".join(d.relative_to(root).parts) for d in (root / "reaper").rglob("*")
+             if d.is_dir() and (d / "__init__.py").exists()} | {"reaper"}
+    assert listed == found, f"pyproject.toml's packages: missing {sorted(found - listed)}, extra {sorted(listed - found)}"

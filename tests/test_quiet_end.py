@@ -26,9 +26,9 @@ w = _native.Waiter(sfd)
 w.watch(pid, False)
 w.zero_codes(zero)
 w.quiet_end(mode != "off", mode == "no-drain")
-while not w.spec.watch_reaped:
+while not w.main_reaped:
     w.wait(-1)
-os.write(1, b"returned %d\n" % w.spec.watch_status)
+os.write(1, b"returned %d\n" % w.main_status)
 os._exit(42)
 """
 

@@ -648,3 +648,67 @@ def test_a_main_child_that_cannot_run_after_the_services_stops_them_and_exits_12
     assert r.proc.returncode == 127, r.stderr
     assert "cannot run 'no-such-command-for-reaper': No such file or directory" in r.stderr
     assert lines_of(log)[-2:] == ["a term", "a done"]     # stopped at once, its handler ran
+
+
+# --- per-service settings: a service directory of its own (s6's model) -----------------
+
+def _service_dir(root: Path, name: str, run: str, **settings) -> Path:
+    """root/name/run (executable) and one file per setting (restart_delay -> restart-delay)."""
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "run").write_text(f"#!/bin/sh\n{run}\n")
+    (d / "run").chmod(0o755)
+    for key, value in settings.items():
+        (d / key.replace("_", "-")).write_text(f"{value}\n")
+    return d
+
+
+def test_a_service_directory_has_settings_of_its_own(tmp_path):
+    """web (its own restart=never) fails once and is given up at once; agent, a plain file
+    under the flags' --restart always, is restarted after the flags' delay; a `ready` file
+    makes a service one the main child may wait for."""
+    root, web_log, agent_log = tmp_path / "services", tmp_path / "web.log", tmp_path / "agent.log"
+    _service_dir(root, "web", f"echo start $$ 0 >> {web_log}; exit 3", restart="never")
+    (root / "agent").write_text(f"#!/bin/sh\necho start $$ 0 >> {agent_log}; exit 4\n")
+    (root / "agent").chmod(0o755)
+    r = run_reaper(["-v", "--services-dir", str(root), "--restart", "always", "--restart-delay", "0.1",
+                    "--", *until_stamps(agent_log, 3)], timeout=30)
+    assert r.proc.returncode == 0, r.stderr
+    assert len(stamps(web_log)) == 1 and len(stamps(agent_log)) >= 3
+    assert "service web ended: exit status 3; --restart never: given up" in r.stderr, r.stderr
+    assert "service agent ended: exit status 4; restarting in 0.1s" in r.stderr, r.stderr
+
+
+def test_a_service_directory_overrides_the_delays_and_the_limit_for_itself(tmp_path):
+    root, log = tmp_path / "services", tmp_path / "web.log"
+    _service_dir(root, "web", f"echo start $$ 0 >> {log}; exit 1", restart_delay="0.05",
+                 restart_max_delay="0.05", restart_limit="2/60")
+    r = run_reaper(["-v", "--services-dir", str(root), "--restart-delay", "30", "--", *until_stamps(log, 2)],
+                   timeout=30)
+    assert r.proc.returncode == 0, r.stderr            # not 30 s: its own delay
+    assert "restarting in 0.05s" in r.stderr and "started 2 times within 60s: given up" in r.stderr, r.stderr
+
+
+def test_a_ready_file_declares_readiness(tmp_path):
+    root, out = tmp_path / "services", tmp_path / "out"
+    _service_dir(root, "db", f'sleep 0.3; echo > /proc/self/fd/"$REAPER_READY_FD"; exec sleep 600', ready="")
+    r = run_reaper(["--services-dir", str(root), "--wait-ready", "20", "--", "sh", "-c", f"touch {out}"],
+                   timeout=30)
+    assert r.proc.returncode == 0 and out.exists(), r.stderr
+
+
+@pytest.mark.parametrize("file, value", [("restart", "sometimes"), ("restart-delay", "-1"), ("restart-limit", "5")])
+def test_a_bad_setting_file_is_one_line_exit_2(tmp_path, file, value):
+    root = tmp_path / "services"
+    _service_dir(root, "web", "exec sleep 600", **{file.replace("-", "_"): value})
+    refused(tmp_path, ["--services-dir", str(root)], f"--services-dir: {root / 'web' / file}: ")
+
+
+def test_a_setting_that_is_not_a_regular_file_is_refused_never_read(tmp_path):
+    root = tmp_path / "services"
+    d = _service_dir(root, "web", "exec sleep 600")
+    os.mkfifo(d / "restart")                 # a FIFO would block an open for reading
+    refused(tmp_path, ["--services-dir", str(root)], "is not a regular file")
+    (d / "restart").unlink()
+    (d / "restart").write_text("always" * 100)
+    refused(tmp_path, ["--services-dir", str(root)], "more than 256 bytes")

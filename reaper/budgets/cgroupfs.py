@@ -14,7 +14,10 @@ import errno
 import fcntl
 import os
 import secrets
+import time
 from typing import Optional
+
+from reaper.procfs.cgroups import read_cgroup_stat
 
 PREFIX = "reaper-strays."
 
@@ -34,58 +37,6 @@ def write(path: str, text: str) -> None:
 def read(path: str) -> str:
     with open(path) as f:
         return f.read()
-
-
-def mounts() -> list:
-    """(mount point, fstype, super options, root) of every cgroup mount. root is the
-    cgroup the mount shows at its top: a container sees its own cgroup as "/"."""
-    out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fstype, _, rest = right.partition(" ")
-            if fstype in ("cgroup", "cgroup2"):
-                fields = left.split()
-                mnt = fields[4].replace("\\040", " ")
-                opts = rest.split()[1] if len(rest.split()) > 1 else ""
-                out.append((mnt, fstype, set(opts.split(",")), fields[3]))
-    return out
-
-
-def cgroup_dir(mount: tuple, path: str) -> "str | None":
-    """Where reaper's cgroup `path` appears under `mount`, or None if it does not."""
-    mnt, _, _, root = mount
-    rel = os.path.relpath(path, root)
-    if rel.startswith(".."):
-        return None
-    return os.path.normpath(os.path.join(mnt, rel))
-
-
-def own_paths() -> dict:
-    """controller ('' for v2) -> reaper's cgroup path."""
-    out = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            for c in ctrls.split(","):
-                out[c] = path
-    return out
-
-
-def own_dir(controller: str) -> "tuple | None":
-    """(version, directory) of reaper's own cgroup for a v1 controller's hierarchy,
-    or for the v2 hierarchy (controller ''); None if it is not mounted here."""
-    own = own_paths()
-    for m in mounts():
-        if controller == "" and m[1] == "cgroup2" and "" in own:
-            d = cgroup_dir(m, own[""])
-            if d is not None:
-                return 2, d
-        if controller and m[1] == "cgroup" and controller in m[2] and controller in own:
-            d = cgroup_dir(m, own[controller])
-            if d is not None:
-                return 1, d
-    return None
 
 
 def why(e: OSError, path: str) -> str:
@@ -203,6 +154,7 @@ def reclaim(d: str) -> bool:
 
 
 RECLAIMED = 1 << 20     # what may stay charged after a reclaim: kernel objects, not page cache
+RECLAIM_RETRY = 0.02    # seconds between two reclaims of what a first one left (the flusher writes meanwhile)
 
 
 def memory_charged(d: str) -> int:
@@ -240,18 +192,8 @@ def dying_descendants(d: str) -> "int | None":
     """Removed cgroups below v2 cgroup d that the kernel still holds (cgroup.stat's
     nr_dying_descendants); None where d has no cgroup.stat (cgroup v1, whose kernel
     counts dying cgroups only machine-wide, in /proc/cgroups)."""
-    try:
-        text = read(os.path.join(d, "cgroup.stat"))
-    except OSError:
-        return None
-    stat = {}
-    for line in text.splitlines():
-        k, _, v = line.partition(" ")
-        try:
-            stat[k] = int(v)
-        except ValueError:
-            pass
-    return stat.get("nr_dying_descendants")
+    st = read_cgroup_stat(d)
+    return None if st is None else st.dying
 
 
 def remove(d: str) -> bool:
@@ -270,10 +212,12 @@ def empty_and_remove(d: str, back: str) -> bool:
     return remove(d)
 
 
-def remove_tree(base: str, back: str) -> list:
+def remove_tree(base: str, back: str, patience: float = 0.0) -> list:
     """Empties and removes base and its leaves (one level, as reaper makes them);
-    returns what could not be removed. Never sleeps: it runs on the loop's path at
-    exit; a process moved out has left by the second pass."""
+    returns what could not be removed. It runs on the loop's path at exit: it waits
+    only for what is still charged after a first reclaim, patience seconds at most
+    (cgroup v2's reclaim leaves dirty page cache to the flusher it wakes, which
+    writes 2 MiB in milliseconds); a process moved out has left by the second pass."""
     try:
         dirs = [os.path.join(base, n) for n in os.listdir(base)
                 if os.path.isdir(os.path.join(base, n))] + [base]
@@ -281,6 +225,17 @@ def remove_tree(base: str, back: str) -> list:
         return []
     except OSError:
         return [base]
+    for d in dirs:
+        for pid in procs(d):
+            try:
+                write(os.path.join(back, "cgroup.procs"), str(pid))
+            except OSError:
+                pass
+    charged = [d for d in dirs if not reclaim(d)]
+    deadline = time.monotonic() + patience
+    while charged and time.monotonic() < deadline:
+        time.sleep(RECLAIM_RETRY)
+        charged = [d for d in charged if not reclaim(d)]
     for _ in range(2):
         dirs = [d for d in dirs if not empty_and_remove(d, back)]
         if not dirs:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from reaper.budgets.cgroupfs import PREFIX, close_fd, lock, own_dir, remove
+from reaper.budgets.cgroupfs import PREFIX, close_fd, lock, remove
+from reaper.procfs.cgroups import own_dir
 
 
 def hierarchies() -> list:

@@ -24,12 +24,14 @@ import errno
 import os
 from typing import Optional
 
-from reaper.budgets.cgroupfs import Unavailable, delegate_v2, close_fd, dying_descendants, make_owned, own_dir, \
-    reclaim, remove, remove_tree, unwritten, why, write
+from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dying_descendants, make_owned, \
+    reclaim, remove_tree, rmdir, unwritten, why, write
+from reaper.procfs.cgroups import own_dir
 
 FREE_MAX = 4              # free leaves kept for the next strays
 TRIM_EACH = 2             # free leaves removed per sample at most (each a reclaim, on the loop)
 UNWRITTEN_MAX = 8 << 20   # a free leaf with more dirty page cache waits for the flusher before its reclaim
+EXIT_PATIENCE = 1.0       # seconds reaper's exit waits at most for its leaves' page cache to be written
 
 
 class MemoryCgroup:
@@ -160,15 +162,19 @@ class MemoryCgroup:
             self.free.append(d)
 
     def trim(self) -> None:
-        """Removes free leaves beyond FREE_MAX, TRIM_EACH at most, reclaimed first; a
-        leaf with much unwritten page cache waits (its reclaim would wait for the disk)."""
+        """Removes free leaves beyond FREE_MAX, TRIM_EACH at most, each only once its
+        reclaim left nothing charged: cgroup v2's reclaim does not write dirty page
+        cache back (it wakes the flusher, and the next sample's reclaim frees it), and
+        shared memory (tmpfs) cannot be reclaimed without swap; such a leaf waits in the
+        pool rather than linger as a dying cgroup. A leaf with much unwritten page
+        cache is not even reclaimed (v1's reclaim would wait for the disk)."""
         removed = 0
         for d in list(self.free):
             if len(self.free) <= FREE_MAX or removed >= TRIM_EACH:
                 return
             if unwritten(d) > UNWRITTEN_MAX:
                 continue
-            if remove(d):
+            if reclaim(d) and rmdir(d):
                 self.free.remove(d)
                 removed += 1
 
@@ -184,10 +190,11 @@ class MemoryCgroup:
         write(os.path.join(d, "cgroup.procs"), str(pid))
 
     def close(self) -> list:
-        """Removes every leaf and the base, each reclaimed first (remove_tree); returns
-        what could not be removed."""
+        """Removes every leaf and the base, each reclaimed first, waiting up to
+        EXIT_PATIENCE for what the flusher must write first (remove_tree); returns what
+        could not be removed."""
         try:
-            return remove_tree(self.base, self.parent) if self.base else []
+            return remove_tree(self.base, self.parent, EXIT_PATIENCE) if self.base else []
         finally:
             self.in_use.clear()
             self.free.clear()

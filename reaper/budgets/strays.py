@@ -21,7 +21,7 @@ import re
 from typing import NamedTuple
 
 from reaper.budgets.ray import RayProcesses
-from reaper.proctable import ProcTable, read_cmdline, read_comm
+from reaper.procfs.processes import ProcTable, read_cmdline, read_comm
 
 RAY_IDLE = "ray::IDLE"
 

@@ -13,10 +13,9 @@ import os
 import signal
 from typing import Optional
 
-from reaper.budgets.cgroupfs import Unavailable, delegate_v2, cgroup_dir as _cgroup_dir, close_fd, \
-    dying_descendants, make_owned, \
-    mounts as _mounts, own_paths as _own_paths, read as _read, remove, remove_tree, rmdir, why as _why, \
-    write as _write
+from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dying_descendants, make_owned, \
+    read as _read, remove, remove_tree, rmdir, why as _why, write as _write
+from reaper.procfs.cgroups import cgroup_dir as _cgroup_dir, mounts as _mounts, own_paths as _own_paths
 
 __all__ = ["CgroupThrottle", "DutyCycler", "Unavailable"]
 
@@ -46,17 +45,17 @@ class CgroupThrottle:
         skip_v2: the v2 hierarchy holds the strays' memory cgroups (a process is in
         one v2 cgroup only)."""
         reasons = []
-        mounts = _mounts()
+        found = _mounts()
         own = _own_paths()
         for version in (2, 1):
             if version == 2 and skip_v2:
                 reasons.append("cgroup v2: taken by the memory caps")
                 continue
             if version == 2:
-                cands = [m for m in mounts if m[1] == "cgroup2"]
+                cands = [m for m in found if m.version == 2]
                 path = own.get("")
             else:
-                cands = [m for m in mounts if m[1] == "cgroup" and "cpu" in m[2]]
+                cands = [m for m in found if m.version == 1 and "cpu" in m.options]
                 path = own.get("cpu")
             if not cands or path is None:
                 reasons.append(f"no cgroup v{version}{' cpu' if version == 1 else ''} hierarchy")
@@ -222,7 +221,7 @@ class DutyCycler:
     def _send(self, key: tuple, m, signo: int) -> bool:
         """signo to a member; False if it did not arrive (the process is gone, or
         reaper may not signal it: then the fault is kept)."""
-        from reaper.budgets.procctl import Gone
+        from reaper.procctl import Gone
 
         try:
             m.handle.signal(signo)

@@ -10,9 +10,13 @@ still running are drained with the rest at the end):
 - an exit the C core reports for a service pid goes to on_exit();
 - a readable readiness pipe (the C wait polls them: no timer while idle) to
   read_ready();
-- the drain: begin_drain(), then drain_step() after every wait; the services
-  leave the first SIGTERM round (exclude()) and are stopped one at a time,
-  in reverse start order, once the rest has ended.
+- the drain (reaper/drain.py): begin_drain(), then drain_step() after every
+  wait; the services leave the first SIGTERM round (exclude()) and are stopped
+  one at a time, in reverse start order, once the rest has ended.
+
+It calls back through two public doors only: sup.request_stop() (--on-service-failure
+stop) and sup.drain's interface for the ordered stop (left, kill_stragglers,
+terminate_rest).
 
 Restarts are timers: next_deadline() is the earliest one, which the loop's
 wait uses as its timeout; tick() starts what is due.
@@ -24,9 +28,10 @@ import os
 import time
 
 from reaper import _native
-from reaper.log import INFO, WARN, quoted
+from reaper.log import INFO, WARN
+from reaper.text import quoted
 from reaper.services.restart import DONE, GIVE_UP, Backoff, failed
-from reaper.stats import exit_code
+from reaper._native import exit_code
 
 RECHECK_FIRST = 0.01     # drain: look whether the others have ended this soon after SIGTERM,
 RECHECK_MAX = 0.5        # then twice as long each time, up to this
@@ -85,8 +90,8 @@ class Runner:
 
     def __init__(self, cfg, log, stats, sup) -> None:
         self.cfg, self.log, self.stats, self.sup = cfg, log, stats, sup
-        self.services = [Service(spec, Backoff(cfg.restart, cfg.restart_delay, cfg.restart_max_delay,
-                                                 cfg.restart_limit)) for spec in cfg.service_specs]
+        self.services = [Service(spec, Backoff(*(spec.setting(cfg, k) for k in (
+            "restart", "restart_delay", "restart_max_delay", "restart_limit")))) for spec in cfg.service_specs]
         self.by_pid: dict = {}
         # Read before the OOM piece lowers reaper's own value: every start gets this one.
         self.oom_score_adj = _invoker_oom_score_adj()
@@ -262,7 +267,7 @@ class Runner:
         what = f"service {svc.name} ended: {_describe(status)}"
         if decision == DONE:
             svc.state = "exited"
-            self.log.info(f"{what}; not restarted (--restart {self.cfg.restart})")
+            self.log.info(f"{what}; not restarted (--restart {svc.backoff.policy})")
         elif decision == GIVE_UP:
             self._give_up(svc, what)
         else:
@@ -275,36 +280,14 @@ class Runner:
     def _give_up(self, svc: Service, what: str) -> None:
         svc.state = "failed"
         svc.failed = True
-        n, window = self.cfg.restart_limit
-        why = "--restart never" if self.cfg.restart == "never" else \
+        n, window = svc.backoff.limit_starts, svc.backoff.limit_window
+        why = "--restart never" if svc.backoff.policy == "never" else \
             f"started {n} time{'s' if n != 1 else ''} within {window:g}s"
         stop = self.cfg.on_service_failure == "stop"
         self.log.error(f"{what}; {why}: given up, state failed" +
                        ("; stopping the main child (--on-service-failure stop)" if stop else ""))
         if stop:
-            self._stop_for_failure()
-
-    def _stop_for_failure(self) -> None:
-        """--on-service-failure stop: the main child is stopped as on a SIGTERM to
-        reaper, and reaper exits non-zero whatever -e and --exit-zero-on-stop say."""
-        sup = self.sup
-        sup.service_failure = True
-        if sup.awaiting_main:                  # during --wait-ready: it never starts
-            sup.fixed_status = 1
-            sup._begin_drain()
-            return
-        if sup.main_pid is None or sup.waiter.spec.watch_reaped or sup.phase != "running":
-            return                             # it has ended already: the drain is on its way
-        from reaper.boundary import forward_table
-        import signal
-
-        signo = forward_table(self.cfg.rewrite)[signal.SIGTERM][0] or signal.SIGTERM
-        for target in ([-sup.main_group] if self.cfg.process_group and sup.main_group else []) + [sup.main_pid]:
-            try:
-                os.kill(target, signo)
-                break
-            except OSError:
-                continue
+            self.sup.request_stop()
 
     # --- the drain ------------------------------------------------------------------
 
@@ -326,21 +309,21 @@ class Runner:
 
     def exclude(self, targets: dict) -> dict:
         """targets without the services and what runs below them."""
-        from reaper import nodestats
+        from reaper.procfs import processes
 
         if not self.by_pid:
             return targets
-        table = nodestats.scan()
+        table = processes.scan()
         keep = set(self.by_pid)
         for pid in self.by_pid:
-            keep |= nodestats.descendants(table, pid)
+            keep |= processes.descendants(table, pid)
         return {pid: start for pid, start in targets.items() if pid not in keep}
 
     def drain_step(self, now: float) -> bool:
         """Advances the ordered stop; True once every service is stopped."""
-        sup = self.sup
+        drain = self.sup.drain
         if self.stage == "others":
-            left = sup._alive(sup.drain_targets) if sup.drain_targets else {}
+            left = drain.left()
             if left and now < self.others_until:
                 if self.recheck_at is None:
                     self.recheck_at = min(now + self.recheck_every, self.others_until)
@@ -350,15 +333,9 @@ class Runner:
                 # Half the grace is up and some ignore SIGTERM: they get SIGKILL now, so
                 # that the services still get their SIGTERM, in order, in the other half
                 # (a log shipper flushes what the others wrote before they were killed).
-                import signal
-
                 self.log.info(f"sent SIGKILL to {len(left)} process(es) still up after half the grace; "
                               f"stopping the services")
-                for pid, start in left.items():
-                    sup._signal_one(pid, start, signal.SIGKILL)
-                self.stats.drain["killed"] += len(left)
-            self.stats.drain["terminated"] += len(sup.drain_targets) - len(left)
-            sup.drain_targets = {}
+            drain.kill_stragglers(left)
             self.recheck_at = None
             self.stage = "services"
         if self.stage == "services":
@@ -371,18 +348,18 @@ class Runner:
             self.stopping = None
             self.stage = "rest"
             if not self.cfg.no_drain:
-                sup._terminate_scope()          # what the services left (a child outside their group)
+                drain.terminate_rest()          # what the services left (a child outside their group)
         return True
 
     def _terminate(self, svc: Service) -> None:
-        from reaper import nodestats
+        from reaper.procfs.processes import read_proc
         import signal
 
         self.stopping = svc
         svc.state = "stopping"
         self.log.info(f"stopping service {svc.name} ({svc.pid}): SIGTERM")
         _signal_group(svc.pid, signal.SIGTERM)
-        p = nodestats.read_proc(svc.pid)
+        p = read_proc(svc.pid)
         if p is not None and p.state in ("T", "t"):
             _signal_group(svc.pid, signal.SIGCONT)   # a stopped process must run to handle it
 

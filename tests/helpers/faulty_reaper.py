@@ -17,6 +17,8 @@ FAULTS is a comma-separated list; each one patches reaper before main() runs:
   services         building the services runner raises (reaper/services/runner.py)
   service-exit     the services runner raises on a service's exit
   service-fork     every fork of a service fails with EAGAIN (as at the pids limit)
+  no-import-NAME   reaper.NAME cannot be imported (EMFILE at its open), e.g. no-import-boundary,
+                   no-import-pieces: the steps after the spawn that load a module
 """
 import errno
 import os
@@ -27,7 +29,24 @@ def boom(*_a, **_k):
     raise RuntimeError("injected fault")
 
 
+class _Unloadable:
+    """A meta path finder under which the named modules cannot be imported: the open
+    of their file fails as at the fd limit (EMFILE)."""
+
+    def __init__(self, names: set) -> None:
+        self.names = names
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.names:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return None
+
+
 def inject(faults: set) -> None:
+    unloadable = {f"reaper.{f[len('no-import-'):]}" for f in faults if f.startswith("no-import-")}
+    if unloadable:
+        sys.meta_path.insert(0, _Unloadable(unloadable))
+        return
     from reaper import _native, stats, supervisor
 
     if "wait-enomem" in faults:
@@ -75,24 +94,26 @@ def inject(faults: set) -> None:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         throttle.CgroupThrottle.move = refuse
     if "no-pidfd" in faults:
-        from reaper.budgets import enforcer, procctl
+        from reaper import procctl
+        from reaper.budgets import enforcer
         procctl.HAVE_PIDFD = False
         enforcer.pidfds_work = lambda: False
     if "count-scans" in faults:
-        from reaper import nodestats
-        real_scan, count = nodestats.scan, [0]
+        from reaper.procfs import processes
+        real_scan, count = processes.scan, [0]
 
         def scan(*a, **k):
             if getattr(supervisor, "_current_phase", lambda: "")() == "killing":
                 count[0] += 1
             return real_scan(*a, **k)
-        nodestats.scan = scan
-        real_kill_all = supervisor.Supervisor._kill_all
+        processes.scan = scan
+        from reaper import drain
+        real_kill_now = drain.Drain.kill_now
 
-        def kill_all(self):
+        def kill_now(self):
             supervisor._current_phase = lambda: self.phase
-            return real_kill_all(self)
-        supervisor.Supervisor._kill_all = kill_all
+            return real_kill_now(self)
+        drain.Drain.kill_now = kill_now
         real_finish = supervisor.Supervisor._finish
 
         def finish(self):

@@ -1,9 +1,10 @@
-"""Acting on one process that was found earlier, never on a recycled pid.
+"""Acting on a process that was found earlier, never on a recycled pid: reaper's one
+way to do it, for the drain (signal_one) and the budgets (Handle).
 
-A Handle pins a process by (pid, start time). Signals go through a pidfd taken
-while the identity still held, so they can only reach that process; priority,
-scheduling class, affinity and cgroup moves have no pidfd form, so the identity
-is checked before and after each of them.
+A process is pinned by (pid, start time). Signals go through a pidfd taken while the
+identity still held (pidfd_of), so they can only reach that process; priority,
+scheduling class, affinity and cgroup moves have no pidfd form, so the identity is
+checked before and after each of them.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import signal
 from typing import Callable, Optional
 
-from reaper.proctable import read_stat
+from reaper.procfs.processes import read_stat
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 
@@ -66,6 +67,51 @@ def _psutil_mapped(e: Exception, pid: int, what: str) -> Exception:
     return Gone(pid)
 
 
+def same(pid: int, start: int) -> bool:
+    """pid is still the live process that started at start (clock ticks after boot)."""
+    st = read_stat(pid)
+    return st is not None and st[1] == start and st[3] not in ("Z", "X")
+
+
+def pidfd_of(pid: int, start: int) -> Optional[int]:
+    """A pidfd for pid, if it is still the process that started at start: the fd is taken
+    first and the identity checked after, so pid reuse cannot outrun the check. None on
+    a kernel without pidfds (then check, then kill, at each signal). Raises Gone, or
+    NotPermitted / OSError as pidfd_open says."""
+    if not HAVE_PIDFD:
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError as e:
+        if e.errno in (errno.ENOSYS, errno.EINVAL):
+            return None                   # kernel without pidfds: the caller said so once
+        raise _mapped(e, pid, "pidfd_open") from None
+    if not same(pid, start):              # the pidfd names whoever holds the pid now
+        os.close(fd)
+        raise Gone(pid)
+    return fd
+
+
+def signal_one(pid: int, start: int, signo: int) -> bool:
+    """signo to pid only if it is still the process found at start (pidfd_of). False
+    only if reaper may not signal it (EPERM); a process gone is fine."""
+    try:
+        fd = pidfd_of(pid, start)
+        try:
+            if fd is not None:
+                signal.pidfd_send_signal(fd, signo)
+            elif same(pid, start):
+                os.kill(pid, signo)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    except (Gone, ProcessLookupError):
+        pass
+    except PermissionError:               # NotPermitted too
+        return False
+    return True
+
+
 class Handle:
     def __init__(self, pid: int, start: int) -> None:
         import psutil
@@ -83,8 +129,7 @@ class Handle:
         self._pidfd: Optional[int] = None
 
     def same(self) -> bool:
-        st = read_stat(self.pid)
-        return st is not None and st[1] == self.start and st[3] not in ("Z", "X")
+        return same(self.pid, self.start)
 
     def cpu_seconds(self) -> float:
         """User + system CPU (psutil)."""
@@ -131,17 +176,8 @@ class Handle:
     # --- signals ------------------------------------------------------------
 
     def _fd(self) -> Optional[int]:
-        if self._pidfd is None and HAVE_PIDFD:
-            try:
-                fd = os.pidfd_open(self.pid)
-            except OSError as e:
-                if e.errno in (errno.ENOSYS, errno.EINVAL):
-                    return None           # kernel without pidfds: the caller said so once
-                raise _mapped(e, self.pid, "pidfd_open") from None
-            if not self.same():           # the pidfd names whoever holds the pid now
-                os.close(fd)
-                raise Gone(self.pid)
-            self._pidfd = fd
+        if self._pidfd is None:
+            self._pidfd = pidfd_of(self.pid, self.start)    # kept: one open per stray
         return self._pidfd
 
     def signal(self, signo: int) -> bool:

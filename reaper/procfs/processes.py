@@ -1,6 +1,8 @@
-"""A cheap, incremental view of the process table: pid -> ppid, start time, name.
+"""Processes as /proc shows them: one record (Proc), one parser of /proc/PID/stat, the
+whole table at once (scan) or kept up to date cheaply (ProcTable), and the tree below
+a process (descendants).
 
-A full read of /proc/*/stat costs about 12 ms of CPU per 1,000 processes, more
+ProcTable: a full read of /proc/*/stat costs about 12 ms of CPU per 1,000 processes, more
 than the budget sampler may spend (1% of a core at a 1 s interval). So a
 refresh lists /proc (its directory entries carry an inode number that changes
 when a pid is reused) and reads the stat file only of processes that are new,
@@ -17,12 +19,21 @@ from typing import Iterable, NamedTuple, Optional
 FULL_EVERY = 30.0
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
 class Proc(NamedTuple):
     pid: int
-    inode: int
     ppid: int
+    state: str        # one letter, as in /proc/PID/stat: R S D Z T ... (as of its last read)
+    comm: str         # the kernel's name (15 chars), never the command line; Ray sets it to the title
     start: int        # start time in clock ticks after boot: with pid, the identity
-    comm: str         # the kernel's name (15 chars); Ray sets it to the process title
+    inode: int = 0    # of its /proc entry (ProcTable: a new one when the pid is reused)
+
+    @property
+    def started(self) -> float:
+        """Its start, in seconds after boot (as /proc/uptime counts)."""
+        return self.start / CLK_TCK
 
 
 def read_stat(pid: int) -> Optional[tuple]:
@@ -46,6 +57,54 @@ def read_stat(pid: int) -> Optional[tuple]:
                 f[0].decode(), int(f[11]) + int(f[12]))
     except (IndexError, ValueError):
         return None
+
+
+def read_proc(pid: int, inode: int = 0) -> "Proc | None":
+    st = read_stat(pid)
+    if st is None:
+        return None
+    ppid, start, comm, state, _cpu = st
+    return Proc(pid, ppid, state, comm, start, inode)
+
+
+def scan() -> dict:
+    """pid -> Proc for every process visible in this PID namespace (one full read);
+    empty when /proc cannot be listed."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            p = read_proc(int(name))
+            if p is not None:
+                table[p.pid] = p
+    return table
+
+
+def children_index(procs) -> dict:
+    """ppid -> [pid] of procs (Proc records)."""
+    children: dict = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p.pid)
+    return children
+
+
+def below(children: dict, roots: Iterable[int]) -> set:
+    """Every pid below roots in a children index (roots themselves left out)."""
+    found, todo = set(), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def descendants(table: dict, root: int) -> set:
+    """Pids below root in the parent tree of table (pid -> Proc), root left out."""
+    return below(children_index(table.values()), [root])
 
 
 def read_children(pid: int) -> list:
@@ -126,25 +185,16 @@ class ProcTable:
                 if p is not None and p.ppid != r:
                     stale.append((pid, p.inode))
         for pid, ino in stale:
-            st = read_stat(pid)
+            p = read_proc(pid, ino)
             self.stat_reads += 1
-            if st is None:
+            if p is None:
                 procs.pop(pid, None)
                 continue
-            procs[pid] = Proc(pid, ino, st[0], st[1], st[2])
+            procs[pid] = p
         self.procs = procs
-        children: dict = {}
-        for p in procs.values():
-            children.setdefault(p.ppid, []).append(p.pid)
-        self.children = children
+        self.children = children_index(procs.values())
 
     def descendants(self, roots: Iterable[int]) -> set:
-        out = set()
-        todo = [r for r in roots if r in self.procs]
-        while todo:
-            pid = todo.pop()
-            if pid in out:
-                continue
-            out.add(pid)
-            todo.extend(self.children.get(pid, ()))
-        return out
+        """roots (those in the table) and every pid below them."""
+        roots = [r for r in roots if r in self.procs]
+        return set(roots) | below(self.children, roots)

@@ -1,92 +1,76 @@
-"""``reaper stats`` and ``reaper watch``: the subcommands (off the hot path, so argparse is fine).
+"""``reaper stats``: a compact human-readable view of a running reaper's metrics, for
+``kubectl exec POD -- reaper stats`` (docs/reaper-stats.md). A plain client: it only
+reads, off the way to any child's exec, so argparse is fine here.
 
-stats: a compact human-readable view of a running reaper's metrics, for
-``kubectl exec``. watch: the metrics sidecar for pods with shareProcessNamespace;
-it is not PID 1, reaps nothing it does not own, observes every process in the
-namespace, serves the same endpoint and enforces CPU budgets when it can.
+Its options are its own (not reaper's: reaper/options.py's table is what reaper and
+reaper watch take); their default values are written once, below.
 """
-from __future__ import annotations
-
 import argparse
 import os
-import signal
 import time
-from types import SimpleNamespace
 
-from reaper.options import DEFAULT_METRICS_PORT
+from reaper import options
+from reaper.text import display
 
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_METRICS_PORT}/metrics"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
-
-
-class _Usage(Exception):
-    pass
+DEFAULT_URL = f"http://127.0.0.1:{options.DEFAULT_METRICS_PORT}/metrics"
+DEFAULT_TIMEOUT = 5.0
+PROG = "reaper stats"
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):        # one line, exit 2 (argparse would print the usage too)
-        raise _Usage(message)
+        raise options.UsageError(message)      # which shows bytes that are not UTF-8 as \xff
 
 
-def run(name: str, argv: list, sfd: "int | None") -> int:
-    try:
-        if name == "stats":
-            return stats_command(argv)
-        return watch_command(argv, sfd)
-    except _Usage as e:
-        os.write(2, f"reaper {name}: {e} (see 'reaper {name} --help')\n".encode())
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-# --- reaper stats -------------------------------------------------------------------
-
-def stats_command(argv: list) -> int:
-    from reaper import options
-
+def main(argv: list, sfd: "int | None" = None) -> int:
     try:                            # fd 1 closed: its number may be reused by the fetch
         os.fstat(1)
         closed = False
     except OSError:
         closed = True
-    prog = "reaper stats"
-
-    class Help(argparse.Action):    # argparse would print via sys.stdout (None when fd 1 is closed)
-        def __call__(self, parser, namespace, values, option_string=None):
-            raise SystemExit(options.write_stdout(parser.format_help(), prog, closed))
-
-    p = _Parser(prog=prog, description="Show a running reaper's numbers.", add_help=False)
-    p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
-                   help="show this help and exit")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--url", help=f"metrics endpoint (default {DEFAULT_URL})")
-    src.add_argument("--file", help="a metrics file written by --metrics-file")
-    p.add_argument("--timeout", type=_typed(options.seconds), default=5.0, metavar="SECONDS",
-                   help=f"seconds to wait for the endpoint, at most {options.MAX_SECONDS} (5)")
-    try:
-        args = p.parse_args(argv)
-    except _Usage as e:             # argparse quotes some values, not all: no surrogate may pass
-        raise _Usage(options.display(str(e))) from None
+    args = _parse(argv, closed)
     try:
         text = _read_file(args.file) if args.file else _fetch(args.url or DEFAULT_URL, args.timeout)
     except OSError as e:
-        os.write(2, f"{prog}: {options.display(str(e))}\n".encode())
+        os.write(2, f"{PROG}: {display(str(e))}\n".encode())
         return 1
     except UnicodeDecodeError:
-        os.write(2, f"{prog}: {options.display(args.file)} is not UTF-8 text\n".encode())
+        os.write(2, f"{PROG}: {display(args.file)} is not UTF-8 text\n".encode())
         return 1
     try:
         from prometheus_client.parser import text_string_to_metric_families
 
         samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
     except Exception as e:
-        os.write(2, f"{prog}: not a Prometheus text exposition: {options.display(str(e))}\n".encode())
+        os.write(2, f"{PROG}: not a Prometheus text exposition: {display(str(e))}\n".encode())
         return 1
     if not any(s.name == "reaper_build_info" for s in samples):
-        os.write(2, f"{prog}: no reaper metrics there (reaper_build_info missing)\n".encode())
+        os.write(2, f"{PROG}: no reaper metrics there (reaper_build_info missing)\n".encode())
         return 1
-    return options.write_stdout(render(samples), prog, closed)
+    return options.write_stdout(render(samples), PROG, closed)
+
+
+def _parse(argv: list, closed: bool) -> argparse.Namespace:
+    class Help(argparse.Action):    # argparse would print via sys.stdout (None when fd 1 is closed)
+        def __call__(self, parser, namespace, values, option_string=None):
+            raise SystemExit(options.write_stdout(parser.format_help(), PROG, closed))
+
+    p = _Parser(prog=PROG, description="Show a running reaper's numbers.", add_help=False)
+    p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
+                   help="show this help and exit")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--url", help=f"metrics endpoint (default {DEFAULT_URL})")
+    src.add_argument("--file", help="a metrics file written by --metrics-file")
+    p.add_argument("--timeout", type=_seconds_value, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                   help=f"seconds to wait for the endpoint, at most {options.MAX_SECONDS} ({DEFAULT_TIMEOUT:g})")
+    return p.parse_args(argv)
+
+
+def _seconds_value(text: str) -> float:
+    try:
+        return options.seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _read_file(path: str) -> str:
@@ -332,143 +316,3 @@ def _drain(v, phase: str, paused: bool = False) -> str:
     elif phase in ("draining", "killing"):
         text += f" so far ({phase})"
     return text
-
-
-# --- reaper watch -------------------------------------------------------------------
-
-def _typed(parse):
-    def convert(text):
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return convert
-
-
-def _watch_config(argv: list):
-    """A Config from REAPER_* variables, then watch's flags (the metrics and budget
-    options of the main command, parsed by the same functions)."""
-    from reaper import options
-
-    class Help(argparse.Action):    # argparse would print via sys.stdout (None when fd 1 is closed)
-        def __call__(self, parser, namespace, values, option_string=None):
-            raise SystemExit(options.write_stdout(parser.format_help(), "reaper watch"))
-
-    p = _Parser(prog="reaper watch", add_help=False,
-                description="Metrics sidecar for a shared PID namespace: observe every process, "
-                            "serve the metrics, enforce budgets (CPU, memory, age) on strays. Reaps nothing.")
-    p.add_argument("-h", "--help", action=Help, nargs=0, default=argparse.SUPPRESS,
-                   help="show this help and exit")
-    p.add_argument("-v", "--verbose", dest="verbosity", action="count", default=None,
-                   help="log more: each -v adds one to the default level (1: errors and "
-                        "warnings; 2 adds events, 3 debug); given, it overrides REAPER_VERBOSITY")
-    # The metrics and budget options, and --grace: terminate's delay from SIGTERM to SIGKILL.
-    picked = [o for o in options.OPTIONS if (o.section in ("metrics", "budget") and o.dest != "summary_file")
-              or o.dest == "grace"]
-    for o in picked:
-        flag = "--" + o.long
-        if o.kind == "flag":
-            p.add_argument(flag, dest=o.dest, action="store_const", const=True, default=None, help=o.help)
-        elif o.kind == "off":
-            p.add_argument(flag, dest=o.dest, action="store_const", const=False, default=None, help=o.help)
-        elif o.metavar == "":
-            p.add_argument(flag, dest=o.dest, action="store_const", const=DEFAULT_METRICS_PORT,
-                           default=None, help=o.help)
-        elif o.kind == "list":
-            p.add_argument(flag, dest=o.dest, action="append", type=_typed(o.parse), metavar=o.metavar,
-                           default=None, help=o.help)
-        else:
-            text = "seconds between the terminate action's SIGTERM and its SIGKILL (5)" \
-                if o.dest == "grace" else o.help
-            p.add_argument(flag, dest=o.dest, type=_typed(o.parse), metavar=o.metavar, default=None, help=text)
-    try:
-        args = p.parse_args(argv)
-    except _Usage as e:             # argparse quotes some values, not all: no surrogate may pass
-        raise _Usage(options.display(str(e))) from None
-
-    cfg = options.Config()
-    try:
-        for o in picked + [o for o in options.OPTIONS if o.dest == "verbosity"]:
-            if getattr(args, o.dest, None) is not None:
-                continue
-            for var in o.env:
-                if var in os.environ:
-                    options._apply(cfg, o, os.environ[var], var)
-                    break
-    except options.UsageError as e:
-        raise _Usage(str(e)) from None
-    for key, value in vars(args).items():
-        if value is not None:       # a flag wins over its variable, as in reaper itself
-            setattr(cfg, key, options.Config.verbosity + value if key == "verbosity" else value)
-    if cfg.metrics_port is None and not cfg.metrics_file:
-        cfg.metrics_port = DEFAULT_METRICS_PORT
-    return cfg
-
-
-def watch_command(argv: list, sfd: int) -> int:
-    from reaper import metrics, options
-    from reaper._native import EV_SIGNAL, Waiter, ms_until
-    from reaper.boundary import Policy
-    from reaper.log import Log
-    from reaper.stats import Stats
-
-    cfg = _watch_config(argv)
-    if os.getpid() == 1:
-        raise _Usage("is a sidecar and must not be PID 1 (run 'reaper -- COMMAND' as the init instead)")
-    log = Log(cfg.verbosity)
-    idle = cfg.idle_budget_options()
-    if idle:
-        log.warn(f"{', '.join(idle)}: {options.IDLE_BUDGET_HINT}")
-    stats = Stats()
-    stats.main_state = "none"
-    try:
-        exporter = metrics.prepare(cfg, stats, log, mode="watch")
-    except metrics.SetupError as e:
-        raise _Usage(str(e)) from None
-    # From here on, the same boundary as reaper's loop: a failing piece is switched
-    # off with one line; only a stop signal ends reaper watch.
-    scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set(), watch=True)
-    policy = Policy(log, stats)
-    policy.start("metrics", lambda: exporter.start(scope), getattr(exporter, "abort", None))
-    if cfg.budgets_enabled:
-        policy.start("budgets", lambda: _enforcer(cfg, log, stats, scope))
-    log.info(f"watching PID namespace (pid {os.getpid()})"
-             + (f", metrics on {cfg.metrics_address}:{cfg.metrics_port}" if cfg.metrics_port else ""))
-
-    waiter = Waiter(sfd)          # children of its own (none is started) are counted in C
-    stats.native = waiter.totals
-    stopping = False
-    while not stopping:
-        try:
-            events, _, _ = waiter.wait(ms_until(policy.next_deadline()))
-        except OSError as e:      # poll() without kernel memory: retry soon
-            log.event("wait", 0, f"wait failed: {e.strerror}; retrying")
-            time.sleep(0.01)
-            continue
-        for ev in events:             # signals only: no pid is watched
-            if ev.kind == EV_SIGNAL:
-                policy.call("statistics", _count_signal, stats, ev.signo)
-                if ev.signo in STOP_SIGNALS:
-                    log.info(f"{_signame(ev.signo)} received: stopping")
-                    stopping = True
-        policy.tick(time.monotonic())
-    stats.phase = "done"
-    policy.close()
-    log.close()
-    return 0
-
-
-def _enforcer(cfg, log, stats, scope):
-    from reaper.budgets.enforcer import Enforcer
-
-    return Enforcer(cfg, log, stats.budget, scope)
-
-
-def _count_signal(stats, signo: int) -> None:
-    stats.signals_received[_signame(signo)] += 1
-
-
-def _signame(signo: int) -> str:
-    from reaper import signals
-
-    return signals.name(signo)

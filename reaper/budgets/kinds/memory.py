@@ -1,0 +1,210 @@
+"""Memory budgets: --memory-budget (each stray), --memory-budget-total (all together).
+
+A stray is judged by what it alone holds (its private memory: Handle.private_memory),
+never by pages it shares. A stray past its --budget-grace is over --memory-budget when
+it holds more (over_each); strays holding more than --memory-budget-total together are
+over it, the biggest first until the rest fit (biggest_first).
+
+The response: observe and nice as for CPU; throttle moves a stray, when first seen,
+into a memory cgroup of reaper's own (memory_cgroup.py) whose limit is its budget: the
+kernel caps what it allocates from then on, and a stray whose private memory is over
+its budget in all (what it held before the move included) is terminated, as is one no
+cgroup holds (found over it, no memory cgroup, reaper watch); terminate sends SIGTERM
+at the first sample past the grace that sees it over. A stray the kernel's OOM killer
+ends inside its cgroup is said and counted (oom_kill).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from reaper.budgets.kinds import Kind as _Kind
+from reaper.budgets.memory_cgroup import MemoryCgroup
+from reaper.procctl import Gone
+from reaper.budgets.throttle import Unavailable
+
+
+# --- the decisions, on one sample's numbers (bytes) ----------------------------------
+
+def over_each(held: dict, budget: int) -> set:
+    """The strays (held: key -> private memory, those past their grace) over budget."""
+    return {key for key, mem in held.items() if mem > budget}
+
+
+def biggest_first(held: dict, total_held: int, total: int) -> set:
+    """The strays over --memory-budget-total: of held (key -> private memory, those past
+    their grace, in the order found), the biggest first, until what all strays hold
+    (total_held, those in their grace included) fits the total."""
+    over = set()
+    for key, mem in sorted(held.items(), key=lambda kv: -kv[1]):
+        if total_held <= total:
+            break
+        over.add(key)
+        total_held -= mem
+    return over
+
+
+def size(n) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+# --- the kind ------------------------------------------------------------------------
+
+class State:
+    """What the memory budget keeps of one stray."""
+
+    __slots__ = ("over", "leaf", "oom0", "tried")
+
+    def __init__(self, stray) -> None:
+        self.over = False
+        self.leaf: Optional[str] = None  # memory cgroup directory it was moved into
+        self.oom0 = 0                    # that leaf's OOM kills when it was moved in (leaves are reused)
+        self.tried = False               # its memory cgroup was decided (made, or why not)
+
+
+class Kind(_Kind):
+    reason = "memory"
+    State = State
+    cgroup: Optional[MemoryCgroup] = None
+
+    def judge(self, now: float) -> None:
+        """Judges what each stray holds in all, inside its memory cgroup or not: the
+        cgroup caps what it allocates after the move, not what it held before."""
+        cfg, enf = self.cfg, self.enf
+        live = [t for t in enf.tracked.values() if t.use.mem is not None and t.refused is None]
+        if enf.level == 2:
+            for t in live:
+                if not t.kinds["memory"].tried:
+                    self._confine(t)
+        past = [t for t in live if now - t.since >= cfg.budget_grace]
+        over_one, over_all = set(), set()
+        if cfg.memory_budget is not None:
+            over_one = over_each({t.key: t.use.mem for t in past}, cfg.memory_budget)
+        if cfg.memory_budget_total is not None:
+            held = sum(t.use.mem for t in live)
+            if held > cfg.memory_budget_total:
+                held = self._exact_total(live)
+            over_all = biggest_first({t.key: t.use.mem for t in past}, held, cfg.memory_budget_total)
+        for t in live:
+            s = t.kinds["memory"]
+            over = t.key in over_one or t.key in over_all
+            if over and not s.over:
+                enf.violation("memory", t)
+                what = f"over --memory-budget {size(cfg.memory_budget)}" if t.key in over_one else \
+                    f"strays together over --memory-budget-total {size(cfg.memory_budget_total)}"
+                enf.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) holds {size(t.use.mem)}, "
+                             f"{what}: {'terminate' if enf.level >= 2 else cfg.budget_action}")
+            s.over = over
+            if not over:
+                continue
+            enf.nice(t, "memory")
+            if enf.level >= 2:
+                enf.kill(t, now, "memory", f"holds {size(t.use.mem)}, over its memory budget")
+        if self.cgroup is not None:
+            self.cgroup.trim()
+
+    @staticmethod
+    def _exact_total(live: list) -> int:
+        """The strays' total with each one's exact private memory (smaps_rollup), read
+        only when the cheap figures together exceed --memory-budget-total."""
+        for t in live:
+            try:
+                t.use.mem = t.handle.private_memory(exact_above=0)
+            except (Gone, OSError):
+                pass
+        return sum(t.use.mem for t in live)
+
+    # --- the cap (throttle) ------------------------------------------------------------
+
+    def _memory_cgroup(self) -> Optional[MemoryCgroup]:
+        """The memory cgroup, made on first need; None where none can be used (said once)."""
+        enf = self.enf
+        if self.mechanism is None:
+            try:
+                self.cgroup = MemoryCgroup.probe(skip_v2=enf.v2_taken(), total=self.cfg.memory_budget_total)
+                self.mechanism = self.cgroup.kind
+                enf.log.info(f"capping strays' memory with the {self.cgroup.kind.replace('_', ' ')} memory "
+                             f"controller in {self.cgroup.base}")
+            except (Unavailable, OSError) as e:
+                self.mechanism = "terminate"
+                why = e if isinstance(e, Unavailable) else f"memory cgroup setup failed ({e.strerror})"
+                enf.log.info(f"{why}: strays over their memory budget are terminated instead")
+            enf.stats.memory_mechanism = self.mechanism
+        return self.cgroup
+
+    def _confine(self, t) -> None:
+        """throttle: moves a stray, when first seen, into a memory cgroup whose limit is
+        its budget. What it held before the move stays charged where it was (charges
+        never move with a process): the cap holds what it allocates from then on, and
+        the sample judges what it holds in all (judge). A fixed limit of the whole
+        budget, never budget minus what it held: a stray that frees what it held and
+        allocates again is never killed by its cap below its budget."""
+        cfg, enf, s = self.cfg, self.enf, t.kinds["memory"]
+        s.tried = True
+        if t.use.mem is None or t.refused is not None:
+            return
+        if enf.watch:
+            if self.mechanism is None:
+                self.mechanism = enf.stats.memory_mechanism = "terminate"
+                enf.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
+                             "sidecar's own cgroup would be charged to the sidecar")
+            return
+        if cfg.memory_budget is not None and t.use.mem >= cfg.memory_budget:
+            enf.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(t.use.mem)}, over "
+                                       f"--memory-budget {size(cfg.memory_budget)}, when found: it is "
+                                       "terminated when its grace is over, not capped", "warn")
+            return
+        mc = self._memory_cgroup()
+        if mc is None:
+            return
+        leaf = None
+        try:
+            leaf = mc.take_leaf(cfg.memory_budget)
+            oom0 = mc.oom_kills(leaf)
+            t.handle.checked(lambda: mc.move(t.key[0], leaf))
+        except Gone:
+            if leaf is not None:
+                mc.give_back(leaf)
+            return
+        except OSError as e:
+            if leaf is not None:
+                mc.give_back(leaf)
+            enf.once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
+                                    "strays over their memory budget are terminated instead", "warn")
+            return
+        s.leaf, s.oom0 = leaf, oom0
+        if t.action in ("none", "observe"):
+            t.action = "throttle"
+        enf.count("throttle_memory_cgroup", "memory")
+
+    # --- a stray let go -----------------------------------------------------
+
+    def drop(self, t, alive: bool) -> None:
+        """A tracked stray's memory cgroup when it stops being one: moved back if alive;
+        if it died of the OOM killer inside, that is said and counted. The leaf goes
+        back to the pool (memory_cgroup.py), not away: a removed leaf that still holds
+        the stray's page cache would linger as a dying cgroup."""
+        mc, s = self.cgroup, t.kinds["memory"]
+        if s.leaf is None or mc is None:
+            return
+        if alive:
+            try:
+                t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
+            except (Gone, OSError):
+                pass
+        elif mc.oom_kills(s.leaf) > s.oom0:
+            self.enf.count("oom_kill", "memory")
+            self.enf.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
+                              f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
+        mc.give_back(s.leaf)
+        s.leaf = None
+
+    def closing(self) -> None:
+        for t in self.enf.tracked.values():
+            # A stray the kernel's OOM killer ended since the last sample is still said.
+            if t.kinds["memory"].leaf is not None and not self.enf.tracked_alive(t.key):
+                self.drop(t, alive=False)
