@@ -127,9 +127,11 @@ def _number(text: str, unit: str) -> float:
     if t and t.isascii() and any(c in "0123456789" for c in t) and \
             not t.strip("0123456789.eE+-"):
         try:
-            return float(t) + 0.0             # + 0.0: -0 is 0
+            v = float(t) + 0.0                # + 0.0: -0 is 0
         except ValueError:
-            pass
+            v = None
+        if v is not None and abs(v) != float("inf"):      # 400 digits are a float, but infinite
+            return v
     raise ValueError(f"expected a number of {unit}, not {quoted(text)}")
 
 
@@ -151,10 +153,15 @@ def _seconds_non_negative(text: str) -> float:
     return seconds(text, allow_zero=True)
 
 
+MAX_CORES = 65536          # more cores than any machine has: a budget that large is a typo
+
+
 def _cores(text: str) -> float:
     v = _number(text, "cores")
     if not v > 0:
         raise ValueError(f"must be a number > 0, not {quoted(text)}")
+    if v > MAX_CORES:
+        raise ValueError(f"must be at most {MAX_CORES} cores, not {quoted(text)}")
     return v
 
 
@@ -171,7 +178,10 @@ def size(text: str) -> int:
     if unit not in _SIZE_UNITS or not num or not num.isascii() or num.strip("0123456789.") or \
             num.count(".") > 1 or num == ".":
         raise ValueError(f"expected a size in bytes such as 512M, 2G or 1Gi, not {quoted(text)}")
-    v = int(float(num) * _SIZE_UNITS[unit])
+    f = float(num) * _SIZE_UNITS[unit]
+    if f >= 1 << 62:                  # 400 digits: infinite as a float, never an int
+        raise ValueError(f"must be below 4 EiB, not {quoted(text)}")
+    v = int(f)
     if v <= 0:
         raise ValueError(f"must be a size > 0, not {quoted(text)}")
     if v >= 1 << 62:
@@ -457,7 +467,7 @@ def _apply(cfg: Config, opt: Option, raw: "str | None", origin: str) -> None:
             setattr(cfg, opt.dest, getattr(cfg, opt.dest) + 1)
             return
         top = _MAX_VERBOSITY.get(origin, 3)
-        if not digits(raw.strip()) or int(raw) > top:
+        if not digits(raw.strip()) or len(raw.strip()) > 2 or int(raw) > top:    # len: no 4,300-digit int()
             raise UsageError(f"{origin}={quoted(raw)}: expected a level from 0 (errors only) to {top} (debug)")
         # Both scales: 0 errors, 1 warnings (the default), 2 info, 3 debug; tini's 4 (trace) is debug.
         setattr(cfg, opt.dest, min(int(raw), 3))

@@ -20,14 +20,26 @@ def display(text) -> str:
 
 
 def quoted(text) -> str:
-    """display(text) quoted like repr(): 'abc', '\\xff', '1\\n2'."""
+    """display(text) quoted like repr(): 'abc', '\\xff', '1\\n2'; a value of more than
+    SHOWN_MAX characters shows its start and its length (5,000 digits in a variable:
+    one readable line, not a screenful)."""
+    text = _decoded(text)
+    if len(text) > SHOWN_MAX:
+        return _show(text[:SHOWN_MAX], True) + f"... ({len(text)} characters)"
     return _show(text, True)
 
 
-def _show(text, quote: bool) -> str:
+SHOWN_MAX = 200     # characters of a quoted value a message shows: the rest is counted, not printed
+
+
+def _decoded(text) -> str:
     if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "surrogateescape")
-    text = str(text)
+        return bytes(text).decode("utf-8", "surrogateescape")
+    return str(text)
+
+
+def _show(text, quote: bool) -> str:
+    text = _decoded(text)
     if text.isprintable():
         return repr(text) if quote else text
     out = []

@@ -80,6 +80,9 @@ def regex(text: str) -> str:
     return text
 
 
+MAX_CPU = 65535            # above any kernel's NR_CPUS: a larger number is a typo
+
+
 def parse_cpu_list(text: str, present_only: bool = True) -> frozenset:
     """'0-3,7' -> {0,1,2,3,7}; every CPU must exist on this machine (present_only)."""
     cpus = set()
@@ -87,9 +90,13 @@ def parse_cpu_list(text: str, present_only: bool = True) -> frozenset:
         lo, sep, hi = part.strip().partition("-")
         if not digits(lo) or (sep and not digits(hi)):
             raise ValueError(f"bad CPU list {quoted(text)} (expected e.g. 0-3,7 or auto)")
+        if len(lo) > 5 or len(hi) > 5:       # checked before any set is built: no CPU numbers that big
+            raise ValueError(f"CPU numbers stop at {MAX_CPU}, not {quoted(part.strip())}")
         lo_i, hi_i = int(lo), int(hi) if sep else int(lo)
         if hi_i < lo_i:
             raise ValueError(f"bad CPU range {quoted(part)}")
+        if hi_i > MAX_CPU:
+            raise ValueError(f"CPU numbers stop at {MAX_CPU}, not {quoted(part.strip())}")
         cpus.update(range(lo_i, hi_i + 1))
     if not present_only:
         return frozenset(cpus)

@@ -282,3 +282,25 @@ def test_stats_file_that_is_not_utf8(tmp_path):
     status, stderr = _run(["stats", "--file", str(bad)])
     line = _one_line(stderr, "reaper stats: ")
     assert status == 1 and "not UTF-8" in line, line
+
+
+# Values that parse as numbers but cannot work, and values too long for int() (issue 20, point 6).
+HUGE = "1" * 400
+ENDLESS = "1" * 5000
+
+
+@pytest.mark.parametrize("env, needle", [
+    ({"REAPER_VERBOSITY": ENDLESS}, "REAPER_VERBOSITY='1111"),
+    ({"TINI_VERBOSITY": ENDLESS}, "TINI_VERBOSITY='1111"),
+    ({"REAPER_MEMORY_BUDGET": HUGE}, "REAPER_MEMORY_BUDGET: must be below 4 EiB"),
+    ({"REAPER_CPU_BUDGET": HUGE}, "REAPER_CPU_BUDGET: expected a number of cores"),
+    ({"REAPER_CPU_BUDGET": "100000"}, "REAPER_CPU_BUDGET: must be at most 65536 cores"),
+    ({"REAPER_GRACE": HUGE}, "REAPER_GRACE: expected a number of seconds"),
+])
+def test_endless_and_infinite_values_are_one_line_exit_2(tmp_path, env, needle):
+    line = refused(tmp_path, [], needle, env=env)
+    assert len(line) < 400, line                   # a long value is shown shortened, with its length
+
+
+def test_a_cpu_range_too_large_to_build_is_refused_before_it_is_built(tmp_path):
+    refused(tmp_path, ["--cpu-budget", "1", "--stray-cpus", "0-4000000000"], "--stray-cpus: CPU numbers stop at 65535")
