@@ -103,6 +103,33 @@ def test_strays_over_budget_stay_counted_while_they_stay_over(reaper):
     assert stop(r) == 143
 
 
+BLANK_BUSY = ("import os, sys, time, setproctitle\n"
+              "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+              "os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+              "setproctitle.setproctitle('')\n"           # /proc/PID/cmdline: nothing but NULs
+              "while True:\n"
+              "    t = time.monotonic() + 0.025\n"
+              "    while time.monotonic() < t: pass\n"
+              "    time.sleep(0.025)\n")
+
+
+def test_a_stray_with_an_empty_command_line_is_still_a_stray(reaper, tmp_path):
+    """Issue 20, point 2: a busy orphan that blanks its argv is not taken for a zombie
+    or a kernel thread (/proc's state and executable decide, not the command line)."""
+    pidfile = tmp_path / "pid"
+    code = BLANK_BUSY.replace("'", "'\\''")
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "nice", *FAST],
+              ["sh", "-c", f"( {PYTHON} -c '{code}' {pidfile} & ); exec sleep 600"])
+    from conftest import host_pid_below
+
+    ns_pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 20, what="the stray's pid"))
+    pid = host_pid_below(r.pid, ns_pid=ns_pid)
+    wait_for(lambda: open(f"/proc/{pid}/cmdline", "rb").read().strip(b"\0") == b"", 10, what="argv blanked")
+    wait_for(lambda: bh.stat(pid)["nice"] == 19, 30, 0.1, what="the blank-named stray niced")
+    assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+    assert stop(r) == 143                                  # the drain ends the stray too
+
+
 # --- throttling: cgroup v1, duty-cycling, cgroup v2 --------------------------
 
 @pytest.mark.skipif(not _v1_writable(), reason="needs root and a writable cgroup v1 cpu hierarchy")

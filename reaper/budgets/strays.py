@@ -17,11 +17,12 @@ processes re-parented to PID 1 of the namespace and everything below them.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import NamedTuple
 
 from reaper.budgets.ray import RayProcesses
-from reaper.procfs.processes import ProcTable, read_cmdline, read_comm
+from reaper.procfs.processes import ProcTable, read_cmdline, read_comm, read_stat
 
 RAY_IDLE = "ray::IDLE"
 
@@ -105,11 +106,28 @@ class Finder:
             if p is None or pid == me or pid == 1 or p.ppid == 0 or pid in ray_system:
                 continue
             cmd = read_cmdline(pid)
-            if not cmd:              # a zombie (or a kernel thread): nothing to budget
-                continue
+            if not cmd and not _has_program(pid):
+                continue             # a zombie or a kernel thread: nothing to budget
+            # An empty command line alone proves nothing: a process may blank its own
+            # argv (setproctitle("")) to look like one. /proc decides, not the process.
             if any(rx.search(cmd) for rx in self.protect) or self.ray.kind(pid, p.start) is not None:
                 continue
             strays[(pid, p.start)] = Stray(pid, p.start, p.ppid, read_comm(pid) or p.comm, cmd, reason)
         if len(self.ray.cache) > 512:
             self.ray.prune({(p.pid, p.start) for p in procs.values()})
         return strays
+
+
+def _has_program(pid: int) -> bool:
+    """pid is a live process running a program: not a zombie (state Z or X) and not a
+    kernel thread (no executable)."""
+    st = read_stat(pid)
+    if st is None or st[3] in ("Z", "X"):
+        return False
+    try:
+        os.readlink(f"/proc/{pid}/exe")
+    except FileNotFoundError:
+        return False                 # a kernel thread, or gone
+    except OSError:
+        return True                  # another user's: its exe is there, not ours to read
+    return True
