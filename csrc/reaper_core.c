@@ -326,9 +326,15 @@ static int forward_signal(const struct reaper_config *cfg, const struct reaper_s
     if ((entry & REAPER_FWD_USER_ONLY) && si->ssi_code != SI_USER && si->ssi_code != SI_QUEUE &&
         si->ssi_code != SI_TKILL)
         return 0;
-    if (cfg->forward_group && kill(-cfg->forward_pid, target) == 0)
-        return target;
-    /* No group (the child left it or is gone): the child itself. */
+    if (cfg->forward_group) {
+        /* The group the child is in now: it may have moved to another one since its
+         * start, leaving a helper in its first. (It is not reaped yet: forwarding().)
+         * Never reaper's own group, which getpgid() names if the child joined it. */
+        pid_t group = getpgid(cfg->forward_pid);
+        if (group > 0 && group != getpgrp() && kill(-group, target) == 0)
+            return target;
+    }
+    /* No group of its own: the child itself. */
     return kill(cfg->forward_pid, target) == 0 ? target : -errno;
 }
 

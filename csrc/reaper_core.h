@@ -53,7 +53,7 @@ struct reaper_config {
     int no_rusage;        /* reap without rusage: no CPU times (only the metrics read them) */
     int self_pid;         /* reaper's pid: signals it raised itself are not forwarded */
     int forward_pid;      /* the main child; 0: forward nothing (nor once it is watch_pid and reaped) */
-    int forward_group;    /* signal its process group, or the child if the group is gone */
+    int forward_group;    /* signal the process group it is in now, else the child alone */
     int forward[REAPER_MAX_SIGNAL + 1]; /* signal to send for each received, | REAPER_FWD_USER_ONLY; 0: none */
     int nbounds;          /* latency bucket upper bounds, ascending */
     int64_t bounds_ns[REAPER_LATENCY_BOUNDS];

@@ -283,3 +283,43 @@ print("read", line.strip(), flush=True)
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_group_mode_follows_a_main_child_that_moved_to_another_group(reaper, tmp_path):
+    """Issue 20, point 9: with -g a signal goes to the group the main child is in now.
+    The main child leaves a helper in its first group and joins a group of its own
+    making; USR1 must reach it there (and the new group's member), not the old group."""
+    log = tmp_path / "log"
+    child = py(f"""
+import os, signal, sys, time
+log = {str(log)!r}
+def note(who):
+    def h(*_):
+        with open(log, "a") as f: f.write(who + "\\n")
+        if who == "main":
+            time.sleep(0.3)                 # the new group's member writes too
+            os._exit(0)
+    return h
+signal.signal(signal.SIGUSR1, note("main"))
+left = os.fork()
+if left == 0:                               # stays in the first group
+    signal.signal(signal.SIGUSR1, note("left-behind"))
+    time.sleep(30); os._exit(1)
+r, w = os.pipe()
+joined = os.fork()
+if joined == 0:                             # leads the new group
+    signal.signal(signal.SIGUSR1, note("new-group"))
+    os.setpgid(0, 0)
+    os.write(w, b"x")
+    time.sleep(30); os._exit(1)
+os.read(r, 1)
+os.setpgid(0, joined)                       # the main child moves into it
+print("moved", os.getpgrp() == joined, flush=True)
+time.sleep(30)
+""")
+    r = reaper(["-g", "--", *child])
+    assert r.readline() == "moved True"
+    r.send(signal.SIGUSR1)
+    assert r.wait() == 0, r.stderr
+    written = sorted(log.read_text().split())
+    assert written == ["main", "new-group"], written       # not the group it left
