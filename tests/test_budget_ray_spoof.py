@@ -132,3 +132,51 @@ def test_a_fake_ray_layout_beside_a_launcher_is_not_rays_and_breaks_nothing(tmp_
             p.kill()
             p.wait()
     assert kinds == {"other hash": None, "no hash": None}, kinds
+
+
+@pytest.mark.parametrize("planted", ["fifo", "dev-zero", "huge"])
+def test_a_planted_record_never_blocks_nor_floods_reaper(tmp_path, planted):
+    """Issue 20, point 1: a stray's own layout with RECORD as a FIFO (an open for reading
+    would wait for a writer for ever), a link to /dev/zero (reads without end) or a huge
+    file: no launcher, found at once, and nothing read without bound."""
+    import subprocess
+    from reaper.budgets.ray import MAX_RECORD
+
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "ray").mkdir(parents=True)
+    (site / "ray" / "__init__.py").write_text("")
+    (site / "ray" / "_raylet.so").write_text("")
+    (site / "ray-9.dist-info").mkdir()
+    record = site / "ray-9.dist-info" / "RECORD"
+    if planted == "fifo":
+        os.mkfifo(record)
+    elif planted == "dev-zero":
+        os.symlink("/dev/zero", record)
+    else:
+        with open(record, "wb") as f:
+            f.truncate(MAX_RECORD + 1)            # sparse: no disk used
+    (tmp_path / "bin").mkdir()
+    launcher = _fake_launcher(tmp_path / "bin")
+    p = subprocess.Popen([PYTHON, launcher, bh.marker()])
+    # The detector runs in a process of its own, so that a read that blocks fails this
+    # test at the timeout instead of hanging it.
+    probe = ("import resource, sys\n"
+             "from reaper.budgets.ray import RayProcesses\n"
+             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+             "kind = RayProcesses().kind(int(sys.argv[1]), int(sys.argv[2]))\n"
+             "print(kind, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n")
+    try:
+        wait_for(lambda: launcher.encode() in open(f"/proc/{p.pid}/cmdline", "rb").read(), 10, 0.001,
+                 what="the launcher's exec")
+        try:
+            out = subprocess.run([PYTHON, "-c", probe, str(p.pid), str(bh.stat(p.pid)["start"])],
+                                 capture_output=True, text=True, timeout=20, cwd=tmp_path)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the detector blocked on a {planted} RECORD") from None
+    finally:
+        p.kill()
+        p.wait()
+    assert out.returncode == 0, out.stderr
+    kind, grew_kib = out.stdout.split()
+    assert kind == "None"                          # no launcher: a stray, held to its budget
+    assert int(grew_kib) < 64 * 1024, f"{grew_kib} KiB read"

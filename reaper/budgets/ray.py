@@ -31,14 +31,18 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import io
 import os
 import re
 from typing import Optional
+
+from reaper.procfs.files import read_regular
 
 RAYLET = "core/src/ray/raylet/raylet"
 GCS_SERVER = "core/src/ray/gcs/gcs_server"
 DAEMON_DIRS = ("_private/", "autoscaler/", "dashboard/", "util/client/")
 MAX_LAUNCHER = 1 << 16         # bytes: pip's console scripts are a few hundred
+MAX_RECORD = 8 << 20           # bytes: ray's own RECORD is about 1 MB
 PYTHON_EXE = re.compile(r"python(\d+(\.\d+)*)?[a-z]?$")
 # The interpreter's options that take a value (CPython's -W, -X, --check-hash-based-pycs).
 _TAKES_VALUE = ("W", "X")
@@ -273,9 +277,8 @@ class RayProcesses:
             want = self._launchers(root, os.path.dirname(pkg)).get(script)
             if want is None:
                 continue
-            try:
-                with open(root + script, "rb") as f:
-                    data = f.read(MAX_LAUNCHER)
+            try:     # the stray's own file: a regular one, bounded (procfs.files)
+                data = read_regular(root + script, MAX_LAUNCHER)
             except OSError:
                 return False
             if not data.startswith(b"#!"):
@@ -297,9 +300,10 @@ class RayProcesses:
             except OSError:
                 names = []
             for n in names:
-                try:     # a site beside the script may be anybody's: a bad RECORD is no RECORD
-                    with open(f"{root}{site}/{n}/RECORD", encoding="utf-8", errors="replace") as f:
-                        rows = list(csv.reader(f))
+                try:     # a site beside the script may be anybody's: a bad RECORD (a FIFO,
+                         # /dev/zero, too large, not csv) is no RECORD, and never blocks reaper
+                    data = read_regular(f"{root}{site}/{n}/RECORD", MAX_RECORD)
+                    rows = list(csv.reader(io.StringIO(data.decode("utf-8", errors="replace"))))
                 except (OSError, csv.Error):
                     continue
                 for row in rows:

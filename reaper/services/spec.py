@@ -113,23 +113,17 @@ def _settings(d: str, parsers: dict) -> dict:
 
 def _read_setting(path: str) -> "str | None":
     """A setting file's value (surrounding space and a final newline left out); None if
-    there is no such file. A regular file of at most SETTING_MAX bytes."""
+    there is no such file. A regular file of at most SETTING_MAX bytes (procfs.files)."""
+    from reaper.procfs.files import Refused, read_regular
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(path, SETTING_MAX)
     except FileNotFoundError:
         return None
+    except Refused as e:
+        raise ValueError(f"--services-dir: {display(str(e))}") from None
     except OSError as e:
         raise ValueError(f"--services-dir: cannot read {display(path)}: {e.strerror}") from None
-    try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"--services-dir: {display(path)} is not a regular file")
-        data = os.read(fd, SETTING_MAX + 1)
-    finally:
-        os.close(fd)
-    if len(data) > SETTING_MAX:
-        raise ValueError(f"--services-dir: {display(path)}: more than {SETTING_MAX} bytes")
     return data.decode(errors="replace").strip()
 
 
