@@ -150,7 +150,9 @@ def reclaim(d: str) -> bool:
             return True
     except OSError:
         pass                            # EAGAIN: not all of it could be reclaimed
-    return memory_charged(d) <= RECLAIMED
+    # No page cache left (one page would keep a removed cgroup dying), and what is left
+    # is small: kernel objects, which the kernel hands to the parent at removal.
+    return page_cache(d) == 0 and memory_charged(d) <= RECLAIMED
 
 
 RECLAIMED = 1 << 20     # what may stay charged after a reclaim: kernel objects, not page cache
@@ -169,10 +171,20 @@ def memory_charged(d: str) -> int:
     return 0
 
 
+def page_cache(d: str) -> int:
+    """Page cache (files, tmpfs) charged to memory cgroup d, in bytes: v2 memory.stat's
+    `file`, v1's `total_cache`; 0 where d has no memory controller."""
+    return _memory_stat(d, ("file", "total_cache"))
+
+
 def unwritten(d: str) -> int:
     """Dirty and writeback page cache charged to memory cgroup d, in bytes: what a
     reclaim of d would have to wait for the disk to write."""
-    keys = ("total_dirty", "total_writeback", "file_dirty", "file_writeback")
+    return _memory_stat(d, ("total_dirty", "total_writeback", "file_dirty", "file_writeback"))
+
+
+def _memory_stat(d: str, keys: tuple) -> int:
+    """The sum of keys in d's memory.stat (0 where there is none)."""
     try:
         text = read(os.path.join(d, "memory.stat"))
     except OSError:
