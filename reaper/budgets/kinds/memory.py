@@ -196,7 +196,9 @@ class Kind(_Kind):
                 t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
             except (Gone, OSError):
                 pass
-        elif mc.oom_kills(s.leaf) > s.oom0:
+        # Alive or not: a stray the OOM killer chose may still be exiting (its memory
+        # gone, its state not yet Z) when the sample that drops it runs.
+        if mc.oom_kills(s.leaf) > s.oom0:
             self.enf.count("oom_kill", "memory")
             self.enf.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
