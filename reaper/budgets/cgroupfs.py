@@ -228,8 +228,9 @@ def remove_tree(base: str, back: str, patience: float = 0.0) -> list:
     """Empties and removes base and its leaves (one level, as reaper makes them);
     returns what could not be removed. It runs on the loop's path at exit: it waits
     only for what is still charged after a first reclaim, patience seconds at most
-    (cgroup v2's reclaim leaves dirty page cache to the flusher it wakes, which
-    writes 2 MiB in milliseconds); a process moved out has left by the second pass."""
+    (cgroup v2's reclaim leaves dirty page cache to the flusher it wakes, and a file's
+    metadata to the journal's next commit); a process moved out has left by the
+    second pass."""
     try:
         dirs = [os.path.join(base, n) for n in os.listdir(base)
                 if os.path.isdir(os.path.join(base, n))] + [base]

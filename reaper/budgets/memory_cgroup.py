@@ -16,7 +16,7 @@ kernel as a dying cgroup, one per stray, which is how a node ends up with tens o
 thousands of them. A leaf whose stray is gone goes back to the pool for the next
 stray (the kernel reclaims the old cache under the new stray's limit as needed);
 at most FREE_MAX wait there, the rest are reclaimed (cgroupfs.reclaim) and
-removed, a few per sample, and at exit all are, reclaimed first.
+removed, a few per sample, and at exit all are, reclaimed first (waiting up to EXIT_PATIENCE for the disk).
 """
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ from reaper.procfs.cgroups import own_dir
 FREE_MAX = 4              # free leaves kept for the next strays
 TRIM_EACH = 2             # free leaves removed per sample at most (each a reclaim, on the loop)
 UNWRITTEN_MAX = 8 << 20   # a free leaf with more dirty page cache waits for the flusher before its reclaim
-EXIT_PATIENCE = 1.0       # seconds reaper's exit waits at most for its leaves' page cache to be written
+# Seconds reaper's exit waits at most for its leaves' page cache to be written (and, on v2,
+# the filesystem's journal to commit their metadata: ext4 every 5 s) before it removes them.
+EXIT_PATIENCE = 6.0
 
 
 class MemoryCgroup:
