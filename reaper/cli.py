@@ -166,7 +166,10 @@ def _core_only(cfg, sfd: int, pid: int, e: BaseException) -> int:
     while not waiter.main_reaped:
         try:
             events, _, _ = waiter.wait(-1)
-        except OSError:
+        except OSError:                  # poll() without kernel memory: retry, not spin
+            import time
+
+            time.sleep(0.01)
             continue
         if not pid and any(ev.kind == _native.EV_SIGNAL and ev.signo in stops for ev in events):
             return 0

@@ -116,31 +116,26 @@ def read_children(pid: int) -> list:
         return []
 
 
-def read_cmdline(pid: int) -> str:
+def _read_small(pid: int, name: str, limit: int) -> bytes:
+    """At most limit bytes of /proc/PID/name (a kernel file: it never blocks); b"" when gone."""
     try:
-        fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
     except OSError:
-        return ""
+        return b""
     try:
-        data = os.read(fd, 8192)
+        return os.read(fd, limit)
     except OSError:
-        return ""
+        return b""
     finally:
         os.close(fd)
-    return data.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+
+
+def read_cmdline(pid: int) -> str:
+    return _read_small(pid, "cmdline", 8192).rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
 
 
 def read_comm(pid: int) -> str:
-    try:
-        fd = os.open(f"/proc/{pid}/comm", os.O_RDONLY)
-    except OSError:
-        return ""
-    try:
-        return os.read(fd, 64).rstrip(b"\n").decode(errors="replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+    return _read_small(pid, "comm", 64).rstrip(b"\n").decode(errors="replace")
 
 
 class ProcTable:
