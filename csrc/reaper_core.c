@@ -44,26 +44,35 @@ static int set_by_python(int sig)
     return sig == SIGPIPE || sig == SIGXFSZ;
 }
 
-static void remember_invoker_dispositions(void)
+/* Also says which signals are at SIG_DFL now (at_default), for reaper_setup. */
+static void remember_invoker_dispositions(unsigned char *at_default)
 {
     for (int sig = 1; sig < _NSIG; sig++) {
         struct sigaction old;
-        if (sigaction(sig, NULL, &old) == 0 && !set_by_python(sig))
+        if (sigaction(sig, NULL, &old) != 0)
+            continue;
+        at_default[sig] = old.sa_handler == SIG_DFL;
+        if (!set_by_python(sig))
             invoker_ignored[sig] = old.sa_handler == SIG_IGN;
     }
 }
 
 /* Returns a signalfd on success, -errno on failure. Must run before the
  * interpreter starts any thread, so that every thread inherits the mask and
- * no handled signal can be delivered to a thread instead of the signalfd. */
-int reaper_setup(void)
+ * no handled signal can be delivered to a thread instead of the signalfd.
+ * invoker_blocked: when a launcher blocked the same set before this call (bin/reaper's
+ * first statement), the mask it replaced, bit N-1 for signal N; NULL: the mask in
+ * place now is the invoker's. */
+int reaper_setup(const uint64_t *invoker_blocked)
 {
     sigset_t handled;
     struct sigaction dfl = {.sa_handler = SIG_DFL};
+    unsigned char at_default[_NSIG] = {0};
 
-    remember_invoker_dispositions();
+    remember_invoker_dispositions(at_default);
 
-    /* sigfillset leaves out glibc's two reserved real-time signals (32, 33).
+    /* sigfillset leaves out glibc's two reserved real-time signals (32, 33); so does
+     * the launcher's _signal.valid_signals(), which is sigfillset too.
      * SIGTTIN and SIGTTOU are handled like the rest (forwarded, for job control):
      * blocked, they also never stop reaper for writing a log line to a terminal
      * it does not own (the kernel treats a blocked TTOU like an ignored one). */
@@ -72,13 +81,21 @@ int reaper_setup(void)
     int rc = pthread_sigmask(SIG_BLOCK, &handled, &invoker_mask);
     if (rc != 0)
         return -rc;
+    if (invoker_blocked != NULL) {
+        sigemptyset(&invoker_mask);
+        for (int sig = 1; sig <= 64 && sig < _NSIG; sig++)
+            if (*invoker_blocked >> (sig - 1) & 1)
+                sigaddset(&invoker_mask, sig); /* fails harmlessly for 32/33 */
+    }
 
     /* Blocked signals are queued even for PID 1 and even when ignored; but an
      * inherited SIG_IGN for SIGCHLD would make the kernel reap children itself
-     * and hide the main child's status from us. */
+     * and hide the main child's status from us. Only what is not at its default
+     * is reset: setting SIG_DFL again would drop a pending signal whose default
+     * is to ignore it (SIGWINCH, SIGURG, SIGCONT) that came since the launcher's block. */
     for (int sig = 1; sig < _NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            sigaction(sig, &dfl, NULL);
+        if (sig != SIGKILL && sig != SIGSTOP && !at_default[sig])
+            sigaction(sig, &dfl, NULL); /* fails harmlessly for 32/33 */
 
     int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0)

@@ -104,7 +104,7 @@ struct reaper_spawn_extra {
     char oom_score_adj[8];  /* written to its oom_score_adj; "": left as inherited */
 };
 
-int reaper_setup(void);
+int reaper_setup(const uint64_t *invoker_blocked);
 int reaper_spawn(char *const argv[], int own_group, int take_tty, int listen_pid,
                  const struct reaper_spawn_extra *extra, int *exec_errno);
 int reaper_wait(int sfd, int timeout_ms, struct reaper_waiter *w,

@@ -31,9 +31,18 @@ def _check(rc: int) -> int:
     return rc
 
 
-def setup() -> int:
-    """Block every handled signal and return the signalfd that receives them."""
-    return _check(lib.reaper_setup())
+def setup(invoker_blocked=None) -> int:
+    """Block every handled signal and return the signalfd that receives them.
+    invoker_blocked: the signals the invoker had blocked, when the launcher blocked
+    the same set before (bin/reaper's first statement); None: the mask now is the
+    invoker's. The child gets the invoker's mask back."""
+    if invoker_blocked is None:
+        return _check(lib.reaper_setup(ffi.NULL))
+    bits = 0
+    for signo in invoker_blocked:
+        if 0 < signo <= 64:
+            bits |= 1 << (signo - 1)
+    return _check(lib.reaper_setup(ffi.new("uint64_t *", bits)))
 
 
 def spawn(argv: list[str], own_group: bool, take_tty: bool, listen_pid: bool = False,

@@ -11,12 +11,13 @@ from reaper import _native
 from reaper.spawn import spawn_main
 
 
-def run() -> None:
+def run(invoker_blocked=None) -> None:
     """The `reaper` command: main(), then exit at once. Everything reaper writes is
     written by then (log lines, the summary, the metrics and summary files), so
     the interpreter's teardown (module by module, thread by thread) is skipped:
-    it would only delay the container's end by milliseconds."""
-    code = main()
+    it would only delay the container's end by milliseconds. invoker_blocked: the
+    mask the launcher's early block replaced (bin/reaper, reaper/__main__.py)."""
+    code = main(invoker_blocked=invoker_blocked)
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
@@ -30,26 +31,32 @@ def _usage_error(msg: str) -> int:
     return 2
 
 
-def main(argv=None) -> int:
+def main(argv=None, invoker_blocked=None) -> int:
+    """invoker_blocked: the signals the invoker had blocked, when the launcher blocked
+    every signal before importing reaper (None: nothing was blocked before)."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "stats":      # a plain client: Ctrl-C must work as usual
+    if argv and argv[0] in ("stats", "top"):     # plain clients: Ctrl-C must work as usual
         from reaper import commands
 
-        return commands.run("stats", argv[1:], None)
+        try:
+            _unblock(invoker_blocked)
+        except KeyboardInterrupt:        # a Ctrl-C since the launcher's block: as during the command
+            return 130
+        return commands.run(argv[0], argv[1:], None)
 
-    # Before anything else: block the signals we handle, so none is lost or
-    # delivered to a thread the interpreter starts later.
+    # Before anything else (if the launcher did not): block the signals we handle, so
+    # none is lost or delivered to a thread the interpreter starts later.
     try:
-        sfd = _native.setup()
+        sfd = _native.setup(invoker_blocked)
     except OSError as e:
         os.write(2, f"reaper: cannot set up signal handling: {e.strerror}\n".encode())
         return 1
     inherited = _inherited_fds(sfd)
 
-    if argv and argv[0] == "watch":
+    if argv and argv[0] in ("watch", "node"):
         from reaper import commands
 
-        return commands.run("watch", argv[1:], sfd)
+        return commands.run(argv[0], argv[1:], sfd)
 
     from reaper import options
 
@@ -68,6 +75,15 @@ def main(argv=None) -> int:
     except options.UsageError as e:
         return _usage_error(str(e))
     return _run(cfg, sfd, inherited)
+
+
+def _unblock(invoker_blocked) -> None:
+    """The invoker's mask back, for a command that handles no signal of its own: what
+    came since the launcher's block is delivered now, as it would have been."""
+    if invoker_blocked is not None:
+        import _signal
+
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, invoker_blocked)
 
 
 def _inherited_fds(sfd: int) -> list:

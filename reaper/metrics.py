@@ -41,6 +41,10 @@ BIND_RETRY_MAX = 30.0       # the retries' interval doubles up to this
 # comes up): reaper goes on and retries. Any other one is a usage error before the spawn.
 BIND_LATER = (errno.EADDRINUSE, errno.EADDRNOTAVAIL)
 _DONE = object()            # a sampler piece that returns it is never run again
+# A sampler piece that failed starts again after PART_RESTART_FIRST seconds, doubling to
+# PART_RESTART_MAX (reaper/policy.py's rule for the pieces of PID 1's loop).
+PART_RESTART_FIRST = 1.0
+PART_RESTART_MAX = 300.0
 # What the collector reads; reaper_source_available says which it could read for a scrape.
 SOURCES = ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "cgroup_tree", "cgroup_stat", "self_memory")
 
@@ -149,6 +153,7 @@ class Exporter:
         self._retry_wait = BIND_RETRY_FIRST
         self._retries = 0
         self.cpu = None                 # nodestats.CpuSampler while per-core CPU can be read
+        self._cpu_parked = None         # the sampler while its piece is off (its counters kept)
         self.memory_visible: int | None = None     # walked by the sampler: may be a big tree
         self.collector = None
         self.file_registry = None
@@ -192,6 +197,25 @@ class Exporter:
         if self.sock is not None:
             self._serve()
             self.log.debug(f"metrics: serving on {self.sock.getsockname()[:2]}")
+
+    def serve(self, collector) -> None:
+        """Serves another command's collector (reaper node's) on the prepared port and
+        file, with no sampler thread: the caller's loop calls write_file() and, while
+        the port is taken, retry_bind()."""
+        from prometheus_client import CollectorRegistry
+
+        self.collector = collector
+        if self.cfg.metrics_file:
+            self.file_registry = CollectorRegistry()
+            self.file_registry.register(collector)
+        if self.sock is not None:
+            self._serve()
+
+    def retry_bind(self):
+        """One bind of a port that was taken: seconds until the next try, or None once
+        served (or given up, said once by the caller's guard when it raises)."""
+        after = self._retry_bind()
+        return None if after is _DONE else after
 
     def _serve(self) -> None:
         """Serves HTTP on self.sock from the server thread (started once, here)."""
@@ -263,46 +287,60 @@ class Exporter:
                 pass
 
     # The sampler thread: per-core CPU, cgroup counts, the metrics file. A piece that
-    # raises is logged once and switched off; the others go on.
+    # raises is logged and switched off, and starts again after a backoff (the metrics
+    # port has retries of its own: a failure there is for good); the others go on.
     def _sample_loop(self) -> None:
         now = time.monotonic()
-        pieces = []                                 # [name, function, interval, next due]
+        pieces = []                                 # _Part
         if self.cpu is not None:
-            pieces.append(["per-core CPU", self.cpu.sample, SAMPLE_INTERVAL, now + SAMPLE_INTERVAL])
-        pieces.append(["memory cgroup count", self._count_memory_cgroups, CGROUP_INTERVAL, now])
+            pieces.append(_Part("per-core CPU", self._sample_cpu, SAMPLE_INTERVAL, now + SAMPLE_INTERVAL))
+        pieces.append(_Part("memory cgroup count", self._count_memory_cgroups, CGROUP_INTERVAL, now))
         if self.file_registry is not None:
-            pieces.append(["metrics file", self.write_file, self.cfg.metrics_interval, now])
+            pieces.append(_Part("metrics file", self.write_file, self.cfg.metrics_interval, now))
         if self.later is not None and self.sock is None:
-            pieces.append(["metrics port", self._retry_bind, BIND_RETRY_FIRST, now + BIND_RETRY_FIRST])
+            pieces.append(_Part("metrics port", self._retry_bind, BIND_RETRY_FIRST, now + BIND_RETRY_FIRST))
         while pieces:
-            for piece in list(pieces):
-                name, run, interval, due = piece
+            for part in list(pieces):
                 now = time.monotonic()
-                if now < due:
+                if now < part.due:
                     continue
                 try:
-                    after = run()           # None: due again after interval; seconds; or _DONE
-                    if after is _DONE:
-                        pieces.remove(piece)
-                        continue
-                    piece[3] = now + (interval if after is None else after)
+                    after = part.run()      # None: due again after interval; seconds; or _DONE
                 except Exception as e:
-                    pieces.remove(piece)
-                    self._switch_off(name, e)
-            if not pieces or self._stop.wait(max(0.0, min(p[3] for p in pieces) - time.monotonic())):
+                    if part.name == "metrics port":
+                        pieces.remove(part)
+                        self._switch_off(part.name, e, None)
+                    else:
+                        self._switch_off(part.name, e, part.failed(now))
+                    continue
+                if after is _DONE:
+                    pieces.remove(part)
+                    continue
+                part.due = now + (part.interval if after is None else after)
+                if part.off:
+                    part.off = False
+                    self.log.info(f"metrics: {part.name} started again after a failure")
+            if not pieces or self._stop.wait(max(0.0, min(p.due for p in pieces) - time.monotonic())):
                 return
+
+    def _sample_cpu(self) -> None:
+        sampler = self.cpu or self._cpu_parked
+        sampler.sample()
+        self.cpu = sampler
 
     def _count_memory_cgroups(self) -> None:
         from reaper import nodestats
 
         self.memory_visible = nodestats.visible_memory_cgroups()
 
-    def _switch_off(self, name: str, e: Exception) -> None:
+    def _switch_off(self, name: str, e: Exception, wait) -> None:
         if name == "per-core CPU":
-            self.cpu = None                         # stale ratios would look like live ones
+            # Stale ratios would look like live ones; the sampler's counters are kept.
+            self._cpu_parked, self.cpu = self.cpu or self._cpu_parked, None
         elif name == "memory cgroup count":
             self.memory_visible = None
-        self.log.warn(f"metrics: {name} failed ({e!r}): switched off, the other metrics go on")
+        then = "the other metrics go on" if wait is None else f"starting it again in {wait:g} s"
+        self.log.warn(f"metrics: {name} failed ({e!r}): switched off, {then}")
 
     def write_file(self) -> None:
         from prometheus_client import generate_latest
@@ -330,6 +368,26 @@ class Exporter:
         if self.file_registry is not None:
             self.collector.invalidate()     # the final state, not a scan from before the exit
             self.write_file()       # the final numbers, drain included
+
+
+class _Part:
+    """One piece of the sampler thread, with its restart backoff."""
+
+    def __init__(self, name: str, run, interval: float, due: float) -> None:
+        self.name, self.run, self.interval, self.due = name, run, interval, due
+        self.failures = 0
+        self.since = due                # when it last started
+        self.off = False
+
+    def failed(self, now: float) -> float:
+        """Switches the part off; returns the seconds until it starts again."""
+        if now - self.since >= PART_RESTART_MAX:
+            self.failures = 0           # it ran well for long: a fresh backoff
+        wait = min(PART_RESTART_MAX, PART_RESTART_FIRST * 2 ** self.failures)
+        self.failures += 1
+        self.due = self.since = now + wait
+        self.off = True
+        return wait
 
 
 class _ClosePlugin:
@@ -526,6 +584,8 @@ class ReaperCollector:
                                                   "by signal N); absent before its first exit", labels=["service"])
         since = G("reaper_service_start_time_seconds", "When the service's current or last run started, "
                                                        "seconds since the epoch", labels=["service"])
+        floods = C("reaper_service_ready_floods", "Runs of the service whose readiness fd reaper gave up "
+                                                  "on: too much written without a newline", labels=["service"])
         for svc in services:
             up.add_metric([svc.name], 1 if svc.pid is not None else 0)
             ready.add_metric([svc.name], 1 if svc.ready else 0)
@@ -537,7 +597,8 @@ class ReaperCollector:
                 code.add_metric([svc.name], svc.last_exit_code)
             if svc.started_at is not None:
                 since.add_metric([svc.name], svc.started_at)
-        yield from (up, ready, starts, failed, state, code, since)
+            floods.add_metric([svc.name], svc.ready_floods)
+        yield from (up, ready, starts, failed, state, code, since, floods)
 
     def _reaping(self, s, available):
         from prometheus_client.core import CounterMetricFamily as C, HistogramMetricFamily
@@ -593,6 +654,11 @@ class ReaperCollector:
         from prometheus_client.core import CounterMetricFamily as C
 
         yield C("reaper_policy_errors", "Errors caught in policy code (reaper went on)", value=s.policy_errors)
+        restarts = C("reaper_policy_restarts", "Pieces started again after a failure switched them off",
+                     labels=["piece"])
+        for piece, n in sorted(s.policy_restarts.items()):
+            restarts.add_metric([piece], n)
+        yield restarts
         yield C("reaper_log_lines_dropped", "Log lines stderr could not take at once (dropped: reaper "
                                             "never waits on stderr)", value=getattr(self.x.log, "dropped", 0))
 
@@ -691,6 +757,8 @@ class ReaperCollector:
             return
         yield C("reaper_budget_samples", "Samples the budget enforcer has taken",
                 value=getattr(b, "samples", 0))
+        yield C("reaper_stray_cgroup_escapes", "Strays found outside the cgroup reaper holds them in, "
+                                               "moved back", value=getattr(b, "stray_cgroup_escapes", 0))
         yield C("reaper_budget_stale_cgroups_removed", "Stray cgroups left by reapers that are gone, removed "
                                                        "at start", value=getattr(b, "stale_cgroups_removed", 0))
         g = G("reaper_strays_over_budget", "Strays over their budget at the last sample, by budget (cpu, "

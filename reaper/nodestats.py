@@ -66,6 +66,7 @@ class CpuSampler:
     def __init__(self, proc: str = "/proc") -> None:
         self.proc = proc
         self.ratios: dict = {}        # cpu -> {mode: ratio, "busy": ratio}
+        self.seconds: dict = {}       # cpu -> seconds the last interval lasted on it (its jiffies)
         self.saturated: dict = {}     # cpu -> seconds at >= SATURATED (never removed: its max only grows)
         self.any_saturated = 0.0      # seconds in which at least one core was at >= SATURATED
         self._prev = read_cpu_times(proc)
@@ -78,7 +79,7 @@ class CpuSampler:
 
     def sample(self) -> None:
         cur = read_cpu_times(self.proc)
-        ratios = {}
+        ratios, seconds = {}, {}
         any_saturated = 0.0           # the interval, as long as the longest saturated core counted it
         for cpu, now in cur.items():
             before = self._prev.get(cpu)
@@ -92,12 +93,14 @@ class CpuSampler:
             busy = (total - idle - iowait) / total
             ratios[cpu] = {"user": (user + nice) / total, "system": system / total, "irq": irq / total,
                            "softirq": softirq / total, "steal": steal / total, "busy": busy}
+            seconds[cpu] = total / CLK_TCK
             self.saturated.setdefault(cpu, 0.0)
             if busy >= SATURATED:
                 self.saturated[cpu] += total / CLK_TCK
                 any_saturated = max(any_saturated, total / CLK_TCK)
         self.any_saturated += any_saturated
         self._prev = cur
+        self.seconds = seconds
         self.ratios = ratios
 
 

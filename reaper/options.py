@@ -18,6 +18,12 @@ BUDGET_ACTIONS = ("observe", "nice", "throttle", "terminate")
 # `reaper stats --timeout`): one week. Anything longer is a typo, and would
 # overflow the millisecond timeouts it ends up in.
 MAX_SECONDS = 7 * 86400
+# The lower bound of every interval something is repeated at (--budget-interval,
+# --metrics-interval, --restart-delay and --restart-max-delay, their variables and a
+# service's setting files): shorter, a sample, a file write or a crashing service's
+# restart would keep a core busy. A once-off time (--grace, --wait-ready, the budget
+# windows and ages) has none: 0 or a tiny value means "at once" and costs nothing.
+MIN_INTERVAL = 0.1
 # The highest level each verbosity variable takes (tini's scale goes to 4; 4 is debug here too).
 _MAX_VERBOSITY = {"REAPER_VERBOSITY": 3, "TINI_VERBOSITY": 4}
 
@@ -135,11 +141,14 @@ def _number(text: str, unit: str) -> float:
     raise ValueError(f"expected a number of {unit}, not {quoted(text)}")
 
 
-def seconds(text: str, allow_zero: bool = False) -> float:
-    """A time value: > 0 (>= 0 with allow_zero), at most MAX_SECONDS."""
+def seconds(text: str, allow_zero: bool = False, minimum: float = 0.0) -> float:
+    """A time value: > 0 (>= 0 with allow_zero; >= minimum if given), at most MAX_SECONDS."""
     v = _number(text, "seconds")
     if not (v >= 0 if allow_zero else v > 0):
         raise ValueError(f"must be a number {'>=' if allow_zero else '>'} 0, not {quoted(text)}")
+    if v < minimum:
+        raise ValueError(f"must be at least {minimum:g} seconds (an interval: shorter keeps reaper busy), "
+                         f"not {quoted(text)}")
     if v > MAX_SECONDS:
         raise ValueError(f"must be at most {MAX_SECONDS} seconds (one week), not {quoted(text)}")
     return v
@@ -151,6 +160,10 @@ def _seconds_positive(text: str) -> float:
 
 def _seconds_non_negative(text: str) -> float:
     return seconds(text, allow_zero=True)
+
+
+def _interval(text: str) -> float:
+    return seconds(text, minimum=MIN_INTERVAL)
 
 
 MAX_CORES = 65536          # more cores than any machine has: a budget that large is a typo
@@ -339,10 +352,11 @@ OPTIONS = (
     Option("restart", "", "restart", "value", "always | on-failure | never: when a service is restarted ({default})",
            "POLICY", _choice(RESTART_POLICIES, "restart policy"), env=("REAPER_RESTART",), section="services"),
     Option("restart-delay", "", "restart_delay", "value",
-           "seconds before the first restart ({default}), doubled each time", "SECONDS", _seconds_positive,
-           env=("REAPER_RESTART_DELAY",), section="services"),
-    Option("restart-max-delay", "", "restart_max_delay", "value", "the longest delay between restarts ({default})",
-           "SECONDS", _seconds_positive, env=("REAPER_RESTART_MAX_DELAY",), section="services"),
+           f"seconds before the first restart ({{default}}; at least {MIN_INTERVAL:g}), doubled each time",
+           "SECONDS", _interval, env=("REAPER_RESTART_DELAY",), section="services"),
+    Option("restart-max-delay", "", "restart_max_delay", "value",
+           f"the longest delay between restarts ({{default}}; at least {MIN_INTERVAL:g})",
+           "SECONDS", _interval, env=("REAPER_RESTART_MAX_DELAY",), section="services"),
     Option("restart-limit", "", "restart_limit", "value",
            "a service started N times within SECONDS is given up ({default})", "N/SECONDS", _restart_limit,
            env=("REAPER_RESTART_LIMIT",), section="services"),
@@ -379,8 +393,9 @@ OPTIONS = (
     Option("budget-kill-after", "", "budget_kill_after", "value",
            "seconds over budget before terminate acts ({default})", "SECONDS", _seconds_non_negative,
            env=("REAPER_BUDGET_KILL_AFTER",), section="budget"),
-    Option("budget-interval", "", "budget_interval", "value", "seconds between CPU samples ({default})",
-           "SECONDS", _seconds_positive, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
+    Option("budget-interval", "", "budget_interval", "value",
+           f"seconds between CPU samples ({{default}}; at least {MIN_INTERVAL:g})",
+           "SECONDS", _interval, env=("REAPER_BUDGET_INTERVAL",), section="budget"),
     Option("stray-match", "", "stray_match", "list", "a process whose command line matches is a stray (repeatable)",
            "REGEX", _later("regex"), env=("REAPER_STRAY_MATCH",), section="budget"),
     Option("protect", "", "protect", "list", "a process whose command line matches is never a stray (repeatable)",
@@ -398,8 +413,9 @@ OPTIONS = (
            "ADDR", _later("address"), env=("REAPER_METRICS_ADDRESS",), section="metrics"),
     Option("metrics-file", "", "metrics_file", "value", "also write the metrics to PATH at an interval",
            "PATH", _later("writable_file"), env=("REAPER_METRICS_FILE",), section="metrics"),
-    Option("metrics-interval", "", "metrics_interval", "value", "seconds between metrics-file writes ({default})",
-           "SECONDS", _seconds_positive, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
+    Option("metrics-interval", "", "metrics_interval", "value",
+           f"seconds between metrics-file writes ({{default}}; at least {MIN_INTERVAL:g})",
+           "SECONDS", _interval, env=("REAPER_METRICS_INTERVAL",), section="metrics"),
     Option("node-metrics", "", "node_metrics", "value",
            "summary | per-core | off: node CPU from /proc/stat as 10 series whatever the cores; per-core "
            "adds 7 a core; off reads nothing ({default})",

@@ -1,11 +1,21 @@
 """The pieces of reaper that may fail, and the guard they run under (reaper/boundary.py).
 
-A piece is reached only through Policy.call() or Policy.start(): the first failure
-switches it off for good with one ERROR line, counted in reaper_policy_errors_total,
-and reaper goes on without it. The names below are the pieces', as the log and the
-tests name them; the order is reaper's start order (reaper/pieces.py).
+A piece is reached only through Policy.call() or Policy.start(): a failure switches
+it off with one ERROR line, counted in reaper_policy_errors_total, and reaper goes on
+without it. A failure is not an off switch a process could pull (a stray that makes
+the budgets fail must not end them for the rest of the run): the piece starts again
+after a backoff (RESTART_FIRST doubling to RESTART_MAX), counted in
+reaper_policy_restarts_total. That is the statistics and the budgets (RESTARTED).
+The others stay off: hygiene, title and oom run once; the services cannot be
+rebuilt (a new runner would start every service twice; those up are still reaped
+and drained), nor the exporter (its port and threads; its sampler restarts its own
+parts the same way); the summary is written once, at the end. The names below are the
+pieces', as the log and the tests name them; the order is reaper's start order
+(reaper/pieces.py).
 """
 from __future__ import annotations
+
+import time
 
 SERVICES = "services"       # supervised services (reaper/services/)
 STATISTICS = "statistics"   # the counters the metrics and the summary read (reaper/stats.py)
@@ -16,19 +26,28 @@ METRICS = "metrics"         # the Prometheus exporter (reaper/metrics.py)
 BUDGETS = "budgets"         # budgets for strays (reaper/budgets/)
 SUMMARY = "summary"         # the exit summary (reaper/summary.py)
 
+RESTARTED = frozenset((STATISTICS, BUDGETS))   # started again after a failure; the others stay off
+RESTART_FIRST = 1.0         # seconds from a failure to the piece's first restart
+RESTART_MAX = 300.0         # the backoff's ceiling; a piece that ran this long starts over at RESTART_FIRST
+
 
 class Policy:
     """The pieces that may fail. A piece that raised is in an unknown state: it is
-    switched off for good (closed, so that, e.g., stopped strays are resumed)."""
+    switched off (closed, so that, e.g., stopped strays are resumed) and, unless it
+    is one of RESTARTED, started afresh after its backoff."""
 
     def __init__(self, log, stats) -> None:
         self.log = log
         self.stats = stats               # may be None until the boundary has made it
         self.plugins: list = []          # (piece, plugin): next_deadline(), tick(now), close()
-        self.off: set = set()
+        self.off: dict = {}              # piece -> when it starts again (None: not before reaper ends)
+        self._factories: dict = {}       # piece -> (factory, abort) of a periodic piece
+        self._failures: dict = {}        # piece -> failures in a row (the backoff's exponent)
+        self._since: dict = {}           # piece -> when it last (re)started
+        self._closed = False
 
     def call(self, piece: str, fn, *args):
-        """fn(*args), or None once piece has failed."""
+        """fn(*args), or None while piece is off."""
         if piece in self.off:
             return None
         try:
@@ -39,7 +58,14 @@ class Policy:
 
     def start(self, piece: str, factory, abort=None) -> None:
         """Starts a periodic piece: factory() returns a plugin or a list of them.
-        If it fails, abort() releases what it had taken (a socket, threads)."""
+        If it fails, abort() releases what it had taken (a socket, threads); a
+        restart calls factory() again."""
+        self._factories[piece] = (factory, abort)
+        self._since[piece] = time.monotonic()
+        self._make(piece)
+
+    def _make(self, piece: str) -> bool:
+        factory, abort = self._factories[piece]
         got = self.call(piece, factory)
         if got is None:
             if abort is not None and piece in self.off:
@@ -47,16 +73,25 @@ class Policy:
                     abort()
                 except Exception:
                     pass
-            return
+            return False
         self.plugins.extend((piece, p) for p in (got if isinstance(got, list) else [got]))
+        return True
 
     def switch_off(self, piece: str, e: BaseException) -> None:
         if piece in self.off:
             return
-        self.off.add(piece)
+        now = time.monotonic()
+        if now - self._since.get(piece, now) >= RESTART_MAX:
+            self._failures[piece] = 0            # it ran well for long: a fresh backoff
+        n = self._failures[piece] = self._failures.get(piece, 0) + 1
+        again = None
+        if piece in RESTARTED and not self._closed:
+            again = now + min(RESTART_MAX, RESTART_FIRST * 2 ** (n - 1))
+        self.off[piece] = again
         if self.stats is not None:
             self.stats.policy_errors += 1
-        self.log.error(f"{piece} failed ({e!r}): {piece} switched off, reaper goes on")
+        then = "reaper goes on" if again is None else f"starting it again in {again - now:g} s"
+        self.log.error(f"{piece} failed ({e!r}): {piece} switched off, {then}")
         if self.log.enabled(3):
             import traceback
 
@@ -69,8 +104,24 @@ class Policy:
             except Exception:
                 pass
 
+    def _restart_due(self, now: float) -> None:
+        for piece, again in list(self.off.items()):
+            if again is None or now < again:
+                continue
+            del self.off[piece]
+            self._since[piece] = now
+            if self.stats is not None:
+                restarts = self.stats.policy_restarts
+                restarts[piece] = restarts.get(piece, 0) + 1
+            if piece in self._factories and not self._make(piece):
+                continue                         # failed again: switch_off set the next try
+            self.log.info(f"{piece} started again after a failure")
+
     def next_deadline(self):
         due = None
+        for again in self.off.values():
+            if again is not None and (due is None or again < due):
+                due = again
         for piece, p in list(self.plugins):
             d = self.call(piece, p.next_deadline)
             if d is not None and (due is None or d < due):
@@ -78,12 +129,17 @@ class Policy:
         return due
 
     def tick(self, now: float) -> None:
+        if self.off:
+            self._restart_due(now)
         for piece, p in list(self.plugins):
             due = self.call(piece, p.next_deadline)
             if due is not None and due <= now:
                 self.call(piece, p.tick, now)
 
     def close(self) -> None:
+        self._closed = True                      # nothing starts again on the way out
+        for piece in self.off:
+            self.off[piece] = None
         plugins, self.plugins = self.plugins, []
         for piece, p in plugins:
             self.call(piece, p.close)

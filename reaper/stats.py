@@ -31,6 +31,7 @@ class BudgetStats:
         self.strays = 0                      # strays alive at the last sample
         self.strays_seen = 0                 # distinct strays (pid, start time) ever tracked
         self.stray_cpu_seconds = 0.0         # CPU used by strays, summed over samples
+        self.stray_cgroup_escapes = 0        # strays found outside the cgroup reaper holds them in (moved back)
         self.violations = Counter()          # action -> violations seen under that action
         self.actions = Counter()             # action taken -> count (nice, throttle, terminate, ...)
         # The same, by (action, reason): reason is cpu, memory, age, or any (not tied to one budget).
@@ -78,6 +79,7 @@ class Stats:
         self.drain = Counter()                # terminated, killed, survived, not_permitted
         self.drain_seconds: "float | None" = None
         self.policy_errors = 0                # exceptions caught in policy code
+        self.policy_restarts: dict = {}       # piece -> times started again after a failure
         self.budget = BudgetStats()
         self.services: list = []              # services.runner.Service, in start order (when configured)
 
@@ -148,6 +150,7 @@ class Stats:
             "signals_forwarded": sum(self.signals_forwarded.values()),
             "strays": self.budget.strays_seen,
             "stray_cpu_seconds": round(self.budget.stray_cpu_seconds, 3),
+            "stray_cgroup_escapes": self.budget.stray_cgroup_escapes,
             "budget_actions": dict(self.budget.actions),
             "drain": {k: self.drain.get(k, 0) for k in ("terminated", "killed", "survived", "not_permitted")},
             "drain_seconds": None if self.drain_seconds is None else round(self.drain_seconds, 3),
@@ -155,6 +158,7 @@ class Stats:
             "main_exit_code": self.main_exit_code,
             "exit_status": self.exit_status,
             "policy_errors": self.policy_errors,
+            "policy_restarts": dict(self.policy_restarts),
             "uptime_seconds": round(time.time() - self.start_time, 3),
             **self._service_counts(),
         }

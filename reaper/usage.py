@@ -47,19 +47,32 @@ def help_text(table: tuple, config: type, max_seconds: int) -> str:
     """reaper's --help: table, reaper/options.py's OPTIONS; config, its Config."""
     head = [
         "usage: reaper [OPTIONS] [--] COMMAND [ARGS...]",
-        "       reaper -P [OPTIONS]                  (pause mode: no command)",
-        "       reaper stats [--url URL | --file PATH]",
-        "       reaper watch [OPTIONS]",
+        "       reaper -P [OPTIONS]          (pause mode: no command)",
+        "       reaper stats [--url URL | --file PATH]   (a running reaper's numbers)",
+        "       reaper top [--url URL]       (the same, live, full screen)",
+        "       reaper watch [OPTIONS]       (the sidecar of a shared PID namespace)",
+        "       reaper node [OPTIONS]        (the node detector)",
         "",
-        "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits",
-        "with COMMAND's status. Every option also reads a REAPER_* environment variable.",
-        f"SECONDS are at most {max_seconds} (one week). Quiet by default: errors, warnings and,",
-        "when reaper did something (reaped an orphan, drained, acted on a budget), one",
-        "summary line at exit.",
+        "Runs COMMAND as the main child, reaps every orphan, forwards signals and exits "
+        "with COMMAND's status. Every option also reads the REAPER_* environment "
+        "variable shown beside it (a flag wins over it). "
+        f"SECONDS are at most {max_seconds} (one week). Quiet by default: errors, warnings "
+        "and, when reaper did something (reaped an orphan, drained, acted on a budget), "
+        "one summary line at exit. Each subcommand has its --help.",
     ]
-    rows = option_rows(table, config) + [("", ""), HELP_ROW, ("-V, --version", "show the version and exit"),
+    rows = option_rows(table, config) + [("", ""), HELP_ROW, VERSION_ROW,
                                          ("-l, --license", "show the license and exit")]
-    return render(head, rows)
+    return render(head, rows + tail((), "docs/reaper.md"))
+
+
+VERSION_ROW = ("-V, --version", "show the version and exit")
+
+
+def tail(environment: tuple, docs: str) -> list:
+    """The rows that end a help: the variables not shown beside a flag (name, text),
+    then where the documentation is."""
+    rows = [("", "Environment:")] + [(name, text) for name, text in environment] if environment else []
+    return rows + [("", f"Documentation: {docs} in reaper's source (the reaper-init project).")]
 
 
 def option_rows(table: tuple, config: type, helps: "dict | None" = None) -> list:
@@ -87,14 +100,44 @@ def shown(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def render(head: list, rows: list) -> str:
-    """head's lines, then the rows: (flag, text) in two columns; ("", title) a
-    title after an empty line; ("", "") an empty line."""
-    lines = list(head)
-    width = max(len(f) for f, _ in rows) + 2
+DEFAULT_WIDTH = 80
+MIN_WIDTH = 40
+FLAG_COLUMN = 30        # the text's column at most: a longer flag has its text on the next line
+
+
+def terminal_width() -> int:
+    """The width help is wrapped to: $COLUMNS, else standard output's terminal, else 80
+    (a pipe, a file); never below MIN_WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isascii() and cols.isdigit() and len(cols) < 5:
+        return max(MIN_WIDTH, int(cols))
+    try:
+        return max(MIN_WIDTH, os.get_terminal_size(1).columns)
+    except (OSError, ValueError):
+        return DEFAULT_WIDTH
+
+
+def render(head: list, rows: list, width: "int | None" = None) -> str:
+    """head's lines (a paragraph each), then the rows: (flag, text) in two columns;
+    ("", title) a title after an empty line; ("", "") an empty line. Every line is
+    wrapped to width (the terminal's by default)."""
+    import textwrap
+
+    width = terminal_width() if width is None else width
+    lines = []
+    for line in head:
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        lines += textwrap.wrap(line, width, subsequent_indent=indent and indent + "  ",
+                               break_on_hyphens=False) or [""]
+    column = 2 + min(max(len(f) for f, _ in rows if f) + 2, FLAG_COLUMN, width // 3)
     for flag, text in rows:
         if not flag:
-            lines += ["", text] if text else [""]
-        else:
-            lines.append(f"  {flag:<{width}}{text}")
+            lines += [""] + textwrap.wrap(text, width, break_on_hyphens=False) if text else [""]
+            continue
+        first = f"  {flag:<{column - 2}}"
+        if len(flag) + 4 > column:          # no room for two spaces: the text starts on the next line
+            lines.append(first.rstrip())
+            first = " " * column
+        lines += textwrap.wrap(text, width, initial_indent=first, subsequent_indent=" " * column,
+                               break_on_hyphens=False, break_long_words=False)
     return "\n".join(lines) + "\n"

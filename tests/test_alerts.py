@@ -1,7 +1,8 @@
 """docs/alerts.yml: promtool accepts the rules and passes their unit tests
 (docs/alerts.test.yml, a firing and a quiet case for every alert); every alert has a
 runbook section in docs/alerts.md, names the pod in its summary, works with the
-default --node-metrics summary, and keeps the pod's labels; generate.py's
+default --node-metrics summary, and keeps the pod's labels; the alerts of `reaper node`
+(group reaper-node) fire once per node, not per pod or core; generate.py's
 --runbook-base rewrites every link."""
 import importlib.util
 import re
@@ -17,6 +18,12 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
 BASE = "https://reaper.invalid/docs/"
 WHERE = "{{ with $labels.pod }}{{ $labels.namespace }}/{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
+# reaper node's alerts name the node (the PodMonitor's node label), else the instance
+WHERE_NODE = "{{ with $labels.node }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}"
+NODE_GROUP = "reaper-node"
+# what a node rule drops from every series so that it fires once per node: the pod's own
+# labels (a restarted or surge pod is the same node) and the core
+PER_POD = {"pod", "container", "endpoint"}
 NAME = re.compile(r"\b(reaper_[a-z0-9_]+)\b")
 # Exported only with --node-metrics per-core: an alert on them is silent by default.
 PER_CORE = {"reaper_node_cpu_mode_ratio", "reaper_node_cpu_busy_ratio", "reaper_node_cpu_saturated_seconds_total"}
@@ -35,8 +42,15 @@ def _yaml():
     return yaml
 
 
-def _rules():
-    return [r for g in _yaml().safe_load((DOCS / "alerts.yml").read_text())["groups"] for r in g["rules"]]
+def _rules(group=None):
+    return [r for g in _yaml().safe_load((DOCS / "alerts.yml").read_text())["groups"]
+            if group is None or g["name"] == group for r in g["rules"]]
+
+
+def _pod_rules():
+    node = {r["alert"] for r in _rules(NODE_GROUP)}
+    return [r for r in _rules() if r["alert"] not in node]
+
 
 
 def _slugs(markdown: str) -> set:
@@ -116,14 +130,17 @@ def test_every_alert_links_to_its_runbook_section():
 
 
 def test_every_summary_names_the_pod_or_the_instance():
+    node = {r["alert"] for r in _rules(NODE_GROUP)}
+    assert node == {"ReaperNodeCoreSaturationStreak", "ReaperNodeDyingMemoryCgroupsGrowing"}
     for rule in _rules():
-        assert WHERE in rule["annotations"]["summary"], rule["alert"]
+        where = WHERE_NODE if rule["alert"] in node else WHERE
+        assert where in rule["annotations"]["summary"], rule["alert"]
         assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}, rule["alert"]
         assert rule["labels"]["severity"] in {"info", "warning", "critical"}, rule["alert"]
 
 
 def test_rules_work_with_default_node_metrics_and_keep_the_pod_labels():
-    for rule in _rules():
+    for rule in _pod_rules():
         expr = rule["expr"]
         assert not set(NAME.findall(expr)) & PER_CORE, rule["alert"]
         # an aggregation `by (...)` or a match `on (...)` would drop namespace, pod and
@@ -132,10 +149,17 @@ def test_rules_work_with_default_node_metrics_and_keep_the_pod_labels():
 
 
 def test_rules_name_only_documented_metrics():
-    table = (DOCS / "metrics.md").read_text().split("## Metric reference", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"^\| `(reaper_[a-z0-9_]+)`", table, re.M))
+    """In docs/metrics.md's reference, or its section of reaper node's own metrics (the
+    reaper-node rules, which read nothing else); a histogram's series by its family."""
+    text = (DOCS / "metrics.md").read_text()
+
+    def table(section):
+        return set(re.findall(r"^\| `(reaper_[a-z0-9_]+)`", text.split(section + "\n", 1)[1].split("\n## ", 1)[0], re.M))
+    pods, node = table("## Metric reference"), table("## reaper node")
+    node_rules = {r["alert"] for r in _rules(NODE_GROUP)}
     for rule in _rules():
-        used = set(NAME.findall(rule["expr"]))
+        documented = node if rule["alert"] in node_rules else pods
+        used = {re.sub(r"_(bucket|count)$", "", m) for m in NAME.findall(rule["expr"])}
         assert used and used <= documented, (rule["alert"], sorted(used - documented))
 
 
@@ -153,3 +177,79 @@ def test_generate_rewrites_the_runbook_base(tmp_path):
     assert (tmp_path / "grafana-dashboard-configmap.yaml").exists()
     # the shipped files keep the placeholder (tests/test_manifests.py compares them)
     assert BASE + "alerts.md#" in (REPO / "docker/k8s/prometheusrule.yaml").read_text()
+
+
+def test_node_rules_drop_the_pod_and_the_core_from_every_series():
+    """Each series a reaper-node rule reads is aggregated `without` the pod's own labels
+    (and the core or the mode, where the metric has one) before anything else: once per
+    node. No `by`: that would drop the labels a deployment adds (a cluster name, the job)."""
+    rules = _rules(NODE_GROUP)
+    assert rules
+    for rule in rules:
+        expr = rule["expr"]
+        assert not re.search(r"\b(by|on)\s*\(", expr), rule["alert"]
+        selectors = list(re.finditer(r"\breaper_[a-z0-9_]+", expr))
+        assert selectors, rule["alert"]
+        for m in selectors:
+            wrap = re.search(r"(max|sum) without \(([^)]*)\) \((increase\()?$", expr[:m.start()])
+            assert wrap, (rule["alert"], m.group())
+            dropped = {x.strip() for x in wrap.group(2).split(",")}
+            assert PER_POD <= dropped, (rule["alert"], m.group())
+            per = {"cpu"} if m.group().startswith("reaper_node_cpu_saturation_streak_") and \
+                "_length_" not in m.group() else {"mode"} if "_length_" in m.group() else set()
+            assert per <= dropped, (rule["alert"], m.group())
+
+
+def _node_variant(old: str, change) -> str:
+    """docs/alerts.yml with change applied to the reaper-node group's text only."""
+    start = old.index(f"  - name: {NODE_GROUP}\n")
+    return old[:start] + change(old[start:])
+
+
+def _promtool_output(tmp_path, rules_text: str) -> str:
+    (tmp_path / "alerts.yml").write_text(rules_text)
+    (tmp_path / "alerts.test.yml").write_text((DOCS / "alerts.test.yml").read_text())
+    unit = subprocess.run([_promtool(), "test", "rules", str(tmp_path / "alerts.test.yml")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return unit.stdout + unit.stderr
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("keep", ["pod", "cpu"])
+def test_node_alerts_fire_once_per_node(tmp_path, keep):
+    """Keep the pod's labels (or the core) in the rules and the same promtool cases fail:
+    the old and the surge pod of node-a give an alert each (a core's streak no longer
+    matches the node's kernel streaks, which have no core)."""
+    drop = {"pod": ("pod", "container", "endpoint"), "cpu": ("cpu",)}[keep]
+
+    def keep_them(text):
+        return re.sub(r"without \(([^)]*)\)", lambda m: "without (" + ", ".join(
+            x for x in m.group(1).split(", ") if x not in drop) + ")", text)
+
+    variant = _node_variant((DOCS / "alerts.yml").read_text(), keep_them)
+    assert variant != (DOCS / "alerts.yml").read_text()
+    out = _promtool_output(tmp_path, variant)
+    failed = set(re.findall(r"alertname: (\w+), time:", out))
+    expected = {"ReaperNodeCoreSaturationStreak"} | ({"ReaperNodeDyingMemoryCgroupsGrowing"} if keep == "pod" else set())
+    assert failed == expected, out
+    if keep == "pod":
+        assert 'pod="reaper-node-q9w4z"' in out.split("got:", 1)[1], out
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("condition, loose, alert, quiet_node", [
+    ('{mode=~"system|softirq|irq"}', '{mode=~".+"}', "ReaperNodeCoreSaturationStreak", "node-b"),  # user time
+    ('le="5.0"}', 'le="3.0"}', "ReaperNodeCoreSaturationStreak", "node-c"),                         # a 4 s streak
+    ("> 1000\n", "> 0\n", "ReaperNodeDyingMemoryCgroupsGrowing", "node-c"),                      # 700, growing
+    ("> ignoring(state) 10 * ", "> ignoring(state) 0 * ", "ReaperNodeDyingMemoryCgroupsGrowing", "node-d"),
+    ("[6h:5m]) > 100", "[6h:5m]) > -1", "ReaperNodeDyingMemoryCgroupsGrowing", "node-b"),         # no longer growing
+])
+def test_each_condition_of_the_node_rules_keeps_a_node_quiet(tmp_path, condition, loose, alert, quiet_node):
+    """Each condition of the node rules has a case it alone keeps quiet: loosened, the
+    promtool cases fail on that alert, because that node fires."""
+    text = (DOCS / "alerts.yml").read_text()
+    assert text.split(f"name: {NODE_GROUP}\n")[1].count(condition) in (1, 2), condition
+    out = _promtool_output(tmp_path, _node_variant(text, lambda t: t.replace(condition, loose)))
+    assert set(re.findall(r"alertname: (\w+), time:", out)) == {alert}, out
+    got = out.split("got:", 1)[1]
+    assert f'node="{quiet_node}"' in got, out

@@ -68,6 +68,39 @@ def test_watch_time_variable_has_the_same_bound():
     refused_sub("watch", [], "REAPER_BUDGET_INTERVAL", "at most 604800", env={"REAPER_BUDGET_INTERVAL": "86400000"})
 
 
+# Intervals something is repeated at: shorter than 0.1 s a sample, a file write or a
+# crashing service's restart would keep a core busy (options.MIN_INTERVAL).
+INTERVAL_FLAGS = ["--budget-interval", "--metrics-interval", "--restart-delay", "--restart-max-delay"]
+
+
+@pytest.mark.parametrize("flag", INTERVAL_FLAGS)
+@pytest.mark.parametrize("value", ["1e-300", "1e-9", "0.099"])
+def test_intervals_have_a_lower_bound(tmp_path, flag, value):
+    refused(tmp_path, [flag, value], f"{flag}: must be at least 0.1 seconds", repr(value))
+
+
+@pytest.mark.parametrize("var", ["REAPER_BUDGET_INTERVAL", "REAPER_METRICS_INTERVAL", "REAPER_RESTART_DELAY",
+                                 "REAPER_RESTART_MAX_DELAY"])
+def test_interval_variables_have_the_same_lower_bound(tmp_path, var):
+    refused(tmp_path, [], f"{var}: must be at least 0.1 seconds", env={var: "1e-300"})
+
+
+@pytest.mark.parametrize("flag,var", [("--budget-interval", "REAPER_BUDGET_INTERVAL"),
+                                      ("--metrics-interval", "REAPER_METRICS_INTERVAL")])
+def test_watch_intervals_have_the_same_lower_bound(flag, var):
+    refused_sub("watch", [flag, "1e-9"], flag, "at least 0.1 seconds")
+    refused_sub("watch", [], var, "at least 0.1 seconds", env={var: "1e-300"})
+
+
+def test_a_services_restart_delay_file_has_the_same_lower_bound(tmp_path):
+    d = tmp_path / "services" / "web"
+    d.mkdir(parents=True)
+    (d / "run").write_text("#!/bin/sh\nexec sleep 600\n")
+    (d / "run").chmod(0o755)
+    (d / "restart-delay").write_text("0.001\n")
+    refused(tmp_path, ["--services-dir", str(tmp_path / "services")], "restart-delay", "at least 0.1 seconds")
+
+
 @pytest.mark.parametrize("value,needle", [("-1", "> 0"), ("0", "> 0"), ("1e9", "at most 604800"),
                                           ("inf", "expected a number of seconds"), ("abc", "expected a number")])
 def test_stats_timeout(value, needle):
@@ -256,7 +289,7 @@ def test_undecodable_bytes_are_shown_readably(tmp_path, args, env, needle):
 
 
 @pytest.mark.parametrize("name,args,needle", [
-    ("stats", ["\udcff"], "unrecognized arguments: \\xff"),
+    ("stats", ["\udcff"], "unexpected argument '\\xff'"),
     ("stats", ["--timeout", "\udcff"], "--timeout: expected a number of seconds, not '\\xff'"),
     # reaper watch reads its flags with reaper's own scanner (reaper/options.py), not argparse:
     # reaper's wording, "unknown option" (argparse said "unrecognized arguments").

@@ -273,14 +273,15 @@ def test_terminate_after_kill_after_then_sigkill(reaper, tmp_path):
 def test_main_tree_protected_and_short_lived_untouched(reaper, tmp_path):
     control, inside, guarded, brief = bh.marker(), bh.marker(), bh.marker(), bh.marker()
     summary = tmp_path / "summary.json"
-    # Short-lived orphans: a loop that keeps leaving 1 s busy orphans behind.
+    # Short-lived orphans: a loop in the main tree that keeps leaving 1 s busy orphans
+    # behind (a loop that is a stray itself would be their lineage: its grace is theirs).
     # It runs on (20 s) through the observation below, however late that starts.
-    brief_loop = f"( for i in $(seq 28); do ( {bh.busy_argv(brief, seconds=1)} & ); sleep 0.7; done & )"
+    brief_loop = f"( for i in $(seq 28); do ( {bh.busy_argv(brief, seconds=1)} & ); sleep 0.7; done ) &"
     r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--budget-grace", "2.5",
                        "--budget-window", "1", "--budget-interval", "0.25", "--protect", guarded,
                        "--summary-file", str(summary)],
-              bh.orphans_then_sleep(bh.busy_argv(control), bh.busy_argv(guarded), brief_loop,
-                                    main_extra=f"{bh.busy_argv(inside)} &"))
+              bh.orphans_then_sleep(bh.busy_argv(control), bh.busy_argv(guarded),
+                                    main_extra=f"{bh.busy_argv(inside)} &\n{brief_loop}"))
     (pc,) = tagged(control)
     (pi,) = tagged(inside)
     (pg,) = tagged(guarded)

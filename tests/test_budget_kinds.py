@@ -14,6 +14,7 @@ import pytest
 from reaper import options
 from reaper.budgets import kinds
 from reaper.budgets.enforcer import Enforcer, Tracked, Usage
+from reaper.budgets.lineage import lineages
 from reaper.budgets.kinds import age, cpu, memory
 from reaper.budgets.strays import Stray
 from reaper.budgets.throttle import DutyCycler
@@ -113,6 +114,7 @@ class Recorder:
     """The enforcer as a kind sees it, keeping the actions asked for in `done`."""
 
     eligible = Enforcer.eligible
+    eligible_lineages = Enforcer.eligible_lineages
 
     def __init__(self, args, now=100.0):
         self.cfg = options.parse([*args, "--", "true"], environ={})
@@ -128,8 +130,12 @@ class Recorder:
         t = Tracked(key, Stray(pid, key[1], 1, f"s{pid}", f"s{pid}", reason), Handle(exact),
                     self.now - age, self.kinds)
         t.use.rate, t.use.demand, t.use.mem = rate, demand if demand is not None else rate, mem
+        t.acct.use.rate, t.acct.use.demand = t.use.rate, t.use.demand     # a lineage of one
         self.tracked[key] = t
         return t
+
+    def lineages(self):
+        return lineages(self.tracked.values())
 
     def judge(self):
         for kind in self.kinds:

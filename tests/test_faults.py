@@ -412,7 +412,7 @@ def test_poll_failures_are_retried(reaper):
 
 @pytest.mark.parametrize("fault, piece, args", [
     ("budgets", "budgets", ["--cpu-budget", "0.5"]),
-    ("budget-tick", "budgets", ["--cpu-budget", "0.5", "--budget-interval", "0.05"]),
+    ("budget-tick", "budgets", ["--cpu-budget", "0.5", "--budget-interval", "0.1"]),
     ("summary", "summary", ["-v"]),     # by default an uneventful run builds no summary
     ("title", "title", []),
 ])
@@ -425,10 +425,36 @@ def test_a_failing_piece_is_switched_off_with_one_line(reaper, fault, piece, arg
     wait_for(lambda: in_poll(r.pid, forever=fault not in ("budgets", "budget-tick")) or r.proc.poll() is not None,
              what="reaper past its start-up")
     if fault == "budget-tick":
-        time.sleep(0.5)    # the measurement window itself: ten ticks would be due in it, still one line
+        time.sleep(0.5)    # the measurement window itself: five ticks would be due in it, still one line
     assert r.wait(input=b"\n") == 5, r.stderr
     errors = error_lines(r.stderr)
-    assert len(errors) == 1 and f"{piece} switched off" in errors[0], r.stderr
+    then = "starting it again in 1 s" if piece == "budgets" else "reaper goes on"
+    # The window is shorter than the budgets' first backoff (1 s): one failure.
+    assert len(errors) == 1 and f"{piece} switched off, {then}" in errors[0], r.stderr
     assert "Traceback" not in r.stderr
     if fault != "summary":
         assert summary(r.stderr)["policy_errors"] == 1
+
+
+def test_a_piece_a_failure_switched_off_starts_again_with_backoff(reaper):
+    """Issue 20: a failure is no off switch. The budgets' first two samples fail (as a
+    stray's endless file once made them, with a MemoryError): they start again after
+    1 s, then 2 s, and then hold the busy stray to its budget."""
+    import budget_helpers as bh
+
+    tag = bh.marker()
+    r = reaper(["--cpu-budget", "0.1", "--budget-grace", "0", "--budget-interval", "0.2",
+                "--", *bh.orphans_then_sleep(bh.busy_argv(tag, share=0.5))], exe=faulty("budget-twice"))
+    pid = bh.wait_tagged(tag)[0]
+    start = time.monotonic()
+    wait_for(lambda: bh.stat(pid)["nice"] > 0, 30, what="the budgets to nice the stray after two restarts")
+    assert time.monotonic() - start >= 2.5        # not before the second restart (1 s + 2 s)
+    r.send(signal.SIGTERM)
+    r.wait()
+    errors = error_lines(r.stderr)
+    assert len(errors) == 2, r.stderr
+    assert "budgets failed (MemoryError()): budgets switched off, starting it again in 1 s" in errors[0], r.stderr
+    assert "budgets switched off, starting it again in 2 s" in errors[1], r.stderr
+    s = summary(r.stderr)
+    assert s["policy_errors"] == 2 and s["policy_restarts"] == {"budgets": 2}, s
+    assert "Traceback" not in r.stderr

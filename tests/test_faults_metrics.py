@@ -275,9 +275,10 @@ def test_abort_after_a_failed_start_releases_everything(monkeypatch):
     assert not [ln for ln in log.lines if ln[0] in ("error", "warn")], log.lines
 
 
-def test_a_failing_sampler_piece_is_logged_once_and_switched_off(tmp_path, monkeypatch):
+def test_a_failing_sampler_piece_is_switched_off_and_starts_again(tmp_path, monkeypatch):
     """Per-core CPU whose /proc/stat vanishes after the start: one line, the piece
-    off, its metrics left out and its source unavailable; the rest goes on."""
+    off, its metrics left out and its source unavailable; the rest goes on. Once the
+    file is back the piece starts again after its backoff (a failure is no off switch)."""
     from reaper import nodestats
 
     stat = tmp_path / "stat"
@@ -299,6 +300,12 @@ def test_a_failing_sampler_piece_is_logged_once_and_switched_off(tmp_path, monke
         assert s.value("reaper_log_lines_dropped_total") == 3
         warned = [msg for level, msg in log.lines if level in ("warn", "error")]
         assert len(warned) == 1 and "per-core CPU" in warned[0] and "switched off" in warned[0], warned
+        assert "starting it again in 1 s" in warned[0], warned
         assert x._sampler.is_alive()                       # the other pieces go on
+        stat.write_text("cpu  2 0 2 20 0 0 0 0\ncpu0 2 0 2 20 0 0 0 0\n")
+        wait_for(lambda: x.cpu is not None, 10, 0.02, what="per-core CPU to start again")
+        s = Scrape(get(port)[2])
+        assert s.value("reaper_source_available", source="proc_stat") == 1
+        assert any("per-core CPU started again" in msg for level, msg in log.lines if level == "info"), log.lines
     finally:
         x.abort()

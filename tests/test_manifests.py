@@ -6,7 +6,11 @@ ends up as the main child through KubeRay's generated command; port names fit
 Kubernetes' 15-character limit and the port numbers match reaper's settings; the
 grace periods nest; the PodMonitors scrape ports that exist; the sidecar shares
 the PID namespace and runs `reaper watch`; the PrometheusRule and the dashboard
-ConfigMap match docs/ (docker/k8s/generate.py).
+ConfigMap match docs/ (docker/k8s/generate.py). The reaper node DaemonSet: hostPID, the
+host's /proc and /sys read-only and passed as --proc/--sys, no privilege, every node,
+requests, limits and a probe; its PodMonitor labels the series by node; and its
+command, run as the manifest's user without capabilities, names a root process that
+burns a core in the kernel and ends within the grace period.
 """
 from __future__ import annotations
 
@@ -194,6 +198,9 @@ def test_podmonitors_scrape_ports_that_exist(cluster_file):
         for e in endpoints:
             (relabel,) = [r for r in e["relabelings"] if r.get("targetLabel") == "ray_io_cluster"]
             assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_label_ray_io_cluster"]
+            # the node, as reaper node's PodMonitor names it: the dashboard's node variable
+            (relabel,) = [r for r in e["relabelings"] if r.get("targetLabel") == "node"]
+            assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
         for t in _templates(cluster)[node_type]:
             names = set()
             for c in t["spec"]["containers"]:
@@ -259,3 +266,195 @@ def test_every_subpackage_ships_in_the_wheel():
     found = {".".join(d.relative_to(root).parts) for d in (root / "reaper").rglob("*")
              if d.is_dir() and (d / "__init__.py").exists()} | {"reaper"}
     assert listed == found, f"pyproject.toml's packages: missing {sorted(found - listed)}, extra {sorted(listed - found)}"
+
+
+# --- reaper node: the DaemonSet and its PodMonitor -------------------------------------------
+
+def _daemonset() -> tuple:
+    docs = _docs("reaper-node.yaml")
+    (ns,) = [d for d in docs if d["kind"] == "Namespace"]
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert len(docs) == 2
+    return ns, ds
+
+
+def _node_container(ds: dict) -> dict:
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def _host_mounts(ds: dict) -> dict:
+    """host path -> the container's mount of it (mountPath, readOnly, ...)."""
+    spec = ds["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {}
+    for m in _node_container(ds).get("volumeMounts", []):
+        mounts[volumes[m["name"]]["hostPath"]["path"]] = m
+    assert len(mounts) == len(volumes), "a volume that is not a host path, or not mounted"
+    return mounts
+
+
+def _node_config(ds: dict, monkeypatch):
+    """The container's `reaper node` arguments as reaper node parses them, the host's
+    /proc and /sys mount points standing for this machine's /proc and /sys (its parser
+    wants directories that exist)."""
+    from reaper.commands import node
+
+    c = _node_container(ds)
+    assert c["command"][:2] == ["reaper", "node"] and "args" not in c
+    where = {m["mountPath"]: host for host, m in _host_mounts(ds).items()}
+    for k in REAPER_ENV:
+        monkeypatch.delenv(k, raising=False)
+    cfg = node.config([where.get(a, a) for a in c["command"][2:]], environ=_env(c))
+    return cfg, c["command"][2:]
+
+
+def _quantity(q: str) -> float:
+    """A Kubernetes quantity of CPU or memory: "250m" cores, "48Mi" bytes."""
+    units = {"m": 1e-3, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "k": 1e3, "M": 1e6, "G": 1e9}
+    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(q))
+    assert m and (m.group(2) in units or not m.group(2)), q
+    return float(m.group(1)) * units.get(m.group(2), 1)
+
+
+def test_reaper_node_reads_the_hosts_proc_and_sys_read_only(monkeypatch):
+    _ns, ds = _daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["hostPID"] is True
+    assert not spec.get("hostNetwork") and not spec.get("hostIPC")
+    mounts = _host_mounts(ds)
+    assert set(mounts) == {"/proc", "/sys"}, "host paths other than /proc and /sys"
+    for host, m in mounts.items():
+        assert m["readOnly"] is True, host
+        assert m["mountPath"] not in ("/proc", "/sys"), "over the container's own"
+    cfg, argv = _node_config(ds, monkeypatch)
+    # passed as --proc and --sys, where they are mounted
+    assert argv[argv.index("--proc") + 1] == mounts["/proc"]["mountPath"]
+    assert argv[argv.index("--sys") + 1] == mounts["/sys"]["mountPath"]
+    assert (cfg.node_proc, cfg.node_sys) == ("/proc", "/sys")          # as parsed, mapped to here
+    assert cfg.node_diagnose is None and not cfg.metrics_file
+
+
+def test_reaper_node_runs_on_every_node_with_requests_limits_and_a_probe(monkeypatch):
+    _ns, ds = _daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    # every taint tolerated: no key and no effect, operator Exists
+    assert {"operator": "Exists"} in spec["tolerations"]
+    assert set(spec.get("nodeSelector", {})) <= {"kubernetes.io/os"} and "affinity" not in spec
+    c = _node_container(ds)
+    res = c["resources"]
+    for kind in ("cpu", "memory"):
+        assert 0 < _quantity(res["requests"][kind]) <= _quantity(res["limits"][kind]), kind
+    # reaper node's own resident memory here is under 40 MiB: the limit leaves room
+    assert _quantity(res["limits"]["memory"]) >= 96 * 2 ** 20
+    cfg, _argv = _node_config(ds, monkeypatch)
+    assert _ports(c) == {"reaper-metrics": cfg.metrics_port}
+    probe = c["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz" and probe["port"] == "reaper-metrics"
+    assert c["livenessProbe"]["timeoutSeconds"] < c["livenessProbe"]["periodSeconds"]
+    assert spec["terminationGracePeriodSeconds"] >= 2
+
+
+def test_reaper_node_asks_for_no_privilege():
+    ns, ds = _daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    assert ds["metadata"]["namespace"] == ns["metadata"]["name"]
+    # hostPID and hostPath are outside Pod Security's baseline: its namespace says so
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    pod = spec["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0 and pod.get("runAsGroup", 1) != 0
+    assert pod["seccompProfile"]["type"] == "RuntimeDefault"
+    assert spec["automountServiceAccountToken"] is False
+    sc = _node_container(ds)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False and not sc.get("privileged")
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    # the comment says what it needs and why
+    head = (K8S / "reaper-node.yaml").read_text().split("\napiVersion:", 1)[0]
+    for needed in ("hostPID", "read-only", "ptrace", "capabilit", "nobody"):
+        assert needed in head, needed
+
+
+def test_reaper_node_podmonitor_scrapes_the_daemonset_by_node():
+    ns, ds = _daemonset()
+    (m,) = _docs("reaper-node-podmonitor.yaml")
+    assert m["kind"] == "PodMonitor" and m["metadata"]["labels"]["release"] == "prometheus"
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert m["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert ns["metadata"]["name"] in m["spec"]["namespaceSelector"]["matchNames"]
+    assert m["spec"]["jobLabel"] in labels
+    (e,) = m["spec"]["podMetricsEndpoints"]
+    assert e["port"] in _ports(_node_container(ds))
+    # node and instance are the node's name: one series per node whatever its pod
+    # (docs/alerts.yml's reaper-node rules fire once per node)
+    by_target = {r["targetLabel"]: r for r in e["relabelings"]}
+    for target in ("node", "instance"):
+        assert by_target[target]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"], target
+        assert by_target[target].get("action", "replace") == "replace"
+
+
+@pytest.mark.xdist_group("cpu-heavy")     # one core must be saturated by the test alone
+def test_the_daemonsets_command_names_a_root_culprit_without_privilege(tmp_path, monkeypatch):
+    """The container's command, as the pod's user with every capability dropped and no
+    new privileges (setpriv), the host's /proc and /sys standing for this PID
+    namespace's: its probe answers, it names a root process burning a core in the
+    kernel with its pid, and it ends at SIGTERM with 0 within the grace period."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+
+    from conftest import REAPER, check_user_can_run, free_port, wait_for
+    from metrics_helpers import get, wait_scrape
+
+    _ns, ds = _daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    c = _node_container(ds)
+    uid, gid = spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]
+    check_user_can_run(uid)
+    where = {m["mountPath"]: host for host, m in _host_mounts(ds).items()}
+    argv = [where.get(a, a) for a in c["command"][2:]]
+    port = free_port()
+    argv[argv.index("--metrics-port") + 1] = str(port)
+    probe = c["livenessProbe"]["httpGet"]
+    node = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
+                             "--bounding-set=-all", "--no-new-privs", REAPER, "node", *argv,
+                             "--metrics-address", "127.0.0.1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    burner = tmp_path / f"kburn{os.urandom(3).hex()}"
+    shutil.copy("/bin/dd", burner)
+    dd = None
+    try:
+        def healthy():
+            try:
+                return get(port, probe["path"], timeout=2)[0] == 200
+            except OSError:
+                return False
+        wait_for(healthy, 20, 0.05, what=f"{probe['path']} on the manifest's port")
+        status = dict(line.split(":\t", 1) for line in open(f"/proc/{node.pid}/status").read().splitlines()
+                      if ":\t" in line)
+        assert status["Uid"].split()[:2] == [str(uid)] * 2
+        assert int(status["CapEff"], 16) == 0 and int(status["CapBnd"], 16) == 0 and status["NoNewPrivs"] == "1"
+        cpu = max(os.sched_getaffinity(0))
+        dd = subprocess.Popen([str(burner), "if=/dev/zero", "of=/dev/null", "bs=1M"], stderr=subprocess.DEVNULL,
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+        assert os.stat(f"/proc/{dd.pid}").st_uid == 0 != uid
+
+        def named(s):
+            return [x for x in s.samples("reaper_node_kernel_time_top_ratio")
+                    if x.labels["pid"] == str(dd.pid) and x.labels["comm"] == burner.name
+                    and x.labels["cpu"] == str(cpu)]
+        wait_scrape(port, named, f"{burner.name} (pid {dd.pid}) named by reaper node as uid {uid}", timeout=30)
+        dd.kill()
+        dd.wait(30)
+        node.send_signal(signal.SIGTERM)
+        _out, err = node.communicate(timeout=spec["terminationGracePeriodSeconds"])
+        assert node.returncode == 0, err
+        assert "Traceback" not in err, err
+    finally:
+        for p in (dd, node):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(30)
+

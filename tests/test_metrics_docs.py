@@ -48,7 +48,17 @@ def exported(tmp_path_factory):
         names |= set(s.families)
         names |= {x.name for f in s.families.values() for x in f.samples}
         names |= {f.name + "_total" for f in s.families.values() if f.type == "counter"}   # even without samples
-    return names, set(live.families) | set(final.families), bool(cg)
+    return names | _node_names(), set(live.families) | set(final.families), bool(cg)
+
+
+def _node_names() -> set:
+    """reaper node's names, as docs/metrics.md's section for it lists them (and their
+    samples' suffixes): tests/test_node.py checks that section against a real `reaper
+    node`'s scrape."""
+    section = (DOCS / "metrics.md").read_text().split("## reaper node", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `(reaper_node_[a-z0-9_]+)`", section, re.M))
+    assert documented, "docs/metrics.md has no reaper node section"
+    return documented | {n + s for n in documented for s in ("_bucket", "_count", "_sum")}
 
 
 def test_dashboard_names_only_exported_metrics(exported):

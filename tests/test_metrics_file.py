@@ -24,7 +24,7 @@ def test_file_is_always_complete_while_rewritten(reaper, tmp_path):
             "    os.wait()\n"
             "    time.sleep(0.002)\n"
             "sys.exit(3)\n")
-    r = reaper(["--metrics-file", str(path), "--metrics-interval", "0.02", "--",
+    r = reaper(["--metrics-file", str(path), "--metrics-interval", "0.1", "--",
                 "python3", "-c", code, str(tmp_path)])
     wait_for_file(path, 20)
     reads, rewrites, last, reaped = 0, 0, None, []

@@ -116,6 +116,25 @@ def test_time_values_accept_plain_decimals_up_to_one_week():
     assert options.seconds("0", allow_zero=True) == 0
 
 
+def test_intervals_take_their_lower_bound_and_the_once_off_times_none():
+    assert options.MIN_INTERVAL == 0.1
+    for flag, dest in [("--budget-interval", "budget_interval"), ("--metrics-interval", "metrics_interval"),
+                       ("--restart-delay", "restart_delay"), ("--restart-max-delay", "restart_max_delay")]:
+        low = ["--restart-delay", "0.1"] if flag == "--restart-max-delay" else []    # not shorter than the first
+        assert getattr(parse([*low, flag, "0.1", "x"], environ={}), dest) == 0.1
+        with pytest.raises(UsageError, match="at least 0.1 seconds"):
+            parse([flag, "1e-300", "x"], environ={})
+        with pytest.raises(UsageError, match="> 0"):      # zero and below keep their own message
+            parse([flag, "0", "x"], environ={})
+    # A time waited once: 0 (or a tiny value) means at once, and keeps nothing busy.
+    for flag, dest in [("--grace", "grace"), ("--budget-grace", "budget_grace"),
+                       ("--budget-kill-after", "budget_kill_after")]:
+        assert getattr(parse([flag, "0", "x"], environ={}), dest) == 0
+    for flag, dest in [("--wait-ready", "wait_ready"), ("--stray-max-age", "stray_max_age"),
+                       ("--budget-window", "budget_window")]:
+        assert getattr(parse([flag, "1e-9", "x"], environ={}), dest) == 1e-9
+
+
 @pytest.mark.parametrize("text", ["604801", "1e308", "1e400", "inf", "nan", "-1", "abc", "1_0", "٣", "", " "])
 def test_time_values_refused(text):
     with pytest.raises(UsageError):

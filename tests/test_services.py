@@ -681,12 +681,12 @@ def test_a_service_directory_has_settings_of_its_own(tmp_path):
 
 def test_a_service_directory_overrides_the_delays_and_the_limit_for_itself(tmp_path):
     root, log = tmp_path / "services", tmp_path / "web.log"
-    _service_dir(root, "web", f"echo start $$ 0 >> {log}; exit 1", restart_delay="0.05",
-                 restart_max_delay="0.05", restart_limit="2/60")
+    _service_dir(root, "web", f"echo start $$ 0 >> {log}; exit 1", restart_delay="0.1",
+                 restart_max_delay="0.1", restart_limit="2/60")
     r = run_reaper(["-v", "--services-dir", str(root), "--restart-delay", "30", "--", *until_stamps(log, 2)],
                    timeout=30)
     assert r.proc.returncode == 0, r.stderr            # not 30 s: its own delay
-    assert "restarting in 0.05s" in r.stderr and "started 2 times within 60s: given up" in r.stderr, r.stderr
+    assert "restarting in 0.1s" in r.stderr and "started 2 times within 60s: given up" in r.stderr, r.stderr
 
 
 def test_a_ready_file_declares_readiness(tmp_path):

@@ -93,7 +93,7 @@ def test_stats_errors_are_one_line():
     out = _stats("--file", "/nonexistent/m.prom")
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "No such file" in out.stderr
     out = _stats("--url", "x", "--file", "y")
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "not allowed with" in out.stderr
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--url and --file exclude each other" in out.stderr
 
 
 def test_stats_rejects_a_non_reaper_endpoint(tmp_path):
@@ -138,3 +138,65 @@ def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
         assert r.wait() == 143, r.stderr
     finally:
         remove_cgroup(cg[0])
+
+
+# --- where people use it: the variables, HOST:PORT, a finished run, one snapshot ------------------
+
+ORPHAN_THEN_SLEEP = """
+import subprocess, sys, time
+subprocess.run(["sh", "-c", "(exec sleep 300 &)"])
+open(sys.argv[1] + "/ready", "w").write("ready")
+time.sleep(300)
+"""
+
+
+def test_stats_finds_the_endpoint_the_variables_name_and_takes_host_port(reaper, tmp_path):
+    """kubectl exec ... reaper stats in a container whose REAPER_METRICS_PORT moved the
+    port: the same variables tell reaper stats where to look; --url takes HOST:PORT."""
+    import os
+
+    r, port = start_with_metrics(reaper, [*write_script(tmp_path, "c.py", ORPHAN_THEN_SLEEP), str(tmp_path)],
+                                 ["--stray-max-age", "300", "--budget-interval", "0.2"])
+    wait_for_file(tmp_path / "ready", 20)
+    wait_scrape(port, lambda s: s.value("reaper_processes", **{"class": "stray"}) == 1, "the stray")
+    env = {**os.environ, "REAPER_METRICS_PORT": str(port), "REAPER_METRICS_ADDRESS": "0.0.0.0"}
+    out = subprocess.run([REAPER, "stats"], capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "(init), pid 1, up " in out.stdout.splitlines()[0], out.stdout
+    for url in (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"):
+        out = _stats("--url", url)
+        assert out.returncode == 0 and "(init), pid 1" in out.stdout, (url, out.stderr)
+    # One snapshot: the live processes are the main tree and the others, which add up.
+    line = [ln for ln in out.stdout.splitlines() if ln.split()[:1] == ["processes"]][0]
+    import re
+    every, tree, others = map(int, re.search(r"(\d+) live: main tree (\d+), others (\d+)", line).groups())
+    assert every == tree + others and others == 1, line
+    assert "strays 1 (the budgets' last sample)" in line, line
+
+
+def test_stats_refuses_a_bad_port_variable():
+    import os
+
+    env = {**os.environ, "REAPER_METRICS_PORT": "99999"}
+    out = subprocess.run([REAPER, "stats"], capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and out.stderr == \
+        "reaper stats: REAPER_METRICS_PORT: port must be 1-65535, not '99999' (see 'reaper stats --help')\n"
+
+
+def test_stats_of_a_finished_run_says_how_long_it_ran_and_when_it_ended(reaper, tmp_path):
+    """The file of a run that ended: its length and its end (the file's last write),
+    not an uptime that goes on growing."""
+    import os
+    import time
+
+    mfile = tmp_path / "m.prom"
+    r = reaper(["--metrics-file", str(mfile), "--metrics-interval", "0.2", "--", "sleep", "1.5"])
+    assert r.wait(30) == 0
+    ended = os.stat(mfile).st_mtime
+    out = _stats("--file", str(mfile))
+    assert out.returncode == 0, out.stderr
+    head = out.stdout.splitlines()[0]
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ended))
+    assert f", ended {when} (" in head and head.endswith("ago), phase done"), head
+    assert any(f"ran {n}s, ended" in head for n in (1, 2, 3)), head
+    assert " up " not in head, head

@@ -5,6 +5,9 @@
                       age.py; kinds/__init__.py is the registry (reasons, the options
                       that turn each on)
     strays.py         who is a stray (orphans, children of idle Ray workers, --stray-match)
+    lineage.py        a stray and its descendants share one account (pid hopping starts nothing afresh)
+    hops.py           a lineage between samples: CPU burnt unseen, a duty-cycled fork held at once
+    escapes.py        the members of a lineage held in a cgroup stay in it (moved back, counted)
     ray.py            which processes are Ray's own, by executable and script, never by name
     throttle.py       CPU caps: the cgroup cpu controller (v1, v2), else SIGSTOP/SIGCONT
     memory_cgroup.py  memory caps: a memory cgroup of reaper's own (v1, v2)

@@ -15,7 +15,10 @@ past their --budget-grace and responds through the enforcer's actions, as far as
 
 --stray-max-age sends SIGTERM whatever the action but observe. The enforcer keeps
 what every kind shares: the strays it tracks (Tracked, pinned against pid reuse by
-procctl.Handle), their measures, the duty cycle that stops and resumes them, the
+procctl.Handle), their lineages (lineage.py: a stray's descendants share its
+account, so that a fork that lets its parent exit starts no grace, age or CPU
+afresh; hops.py: what a lineage does between samples), their measures, the cgroups
+they must stay in (escapes.py), the duty cycle that stops and resumes them, the
 SIGTERM and its SIGKILL, and the counts. Actions are counted by reason (a kind's
 reason, or "any"). At start, the empty stray cgroups of reapers that are gone are
 removed (cleanup.py).
@@ -30,68 +33,21 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections import deque
+from collections import ChainMap
 from typing import Optional
 
-from reaper.budgets import cleanup, stray_cpus
+from reaper.budgets import cleanup, escapes, hops, stray_cpus
+from reaper.budgets.cgroupfs import read_proc_cgroup
 from reaper.budgets.kinds import ANY, REASONS, load as load_kinds
+from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_ticks, lineages, read_groups
 from reaper.procctl import Gone, Handle, NotPermitted, pidfds_work
 from reaper.budgets.strays import Finder
 from reaper.budgets.throttle import DutyCycler
 from reaper.procfs.processes import ProcTable
 
+__all__ = ["Enforcer", "Tracked", "Usage", "LEVELS"]
+
 LEVELS = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}
-
-
-class Usage:
-    """One stray's measures: its CPU time over the window, and its private memory."""
-
-    def __init__(self) -> None:
-        self.hist: deque = deque()       # (t, cpu seconds, run seconds)
-        self.rate: Optional[float] = None    # cores used, averaged over the window
-        self.demand: Optional[float] = None  # cores it would use if never stopped
-        self.last_cpu: Optional[float] = None
-        self.mem: Optional[int] = None   # private memory at the last sample, bytes (Handle.private_memory)
-
-    def add(self, now: float, cpu: float, run: float, window: float, interval: float) -> None:
-        """A sample: its CPU seconds, and the seconds it was let run since first seen."""
-        self.hist.append((now, cpu, run))
-        while len(self.hist) > 2 and self.hist[1][0] <= now - window:
-            self.hist.popleft()
-        t0, c0, r0 = self.hist[0]
-        if now - t0 >= min(window, interval) * 0.5 and len(self.hist) > 1:
-            self.rate = (cpu - c0) / (now - t0)
-            self.demand = (cpu - c0) / (run - r0) if run - r0 > 1e-3 else self.rate
-
-    def last_rate(self) -> Optional[float]:
-        """Cores used between the last two samples; None before there are two."""
-        if len(self.hist) < 2:
-            return None
-        (t0, c0, _), (t1, c1, _) = self.hist[-2], self.hist[-1]
-        return (c1 - c0) / (t1 - t0) if t1 > t0 else None
-
-
-class Tracked:
-    """One stray, pinned by (pid, start): what the enforcer knows of it and did to it.
-    What a budget kind keeps of it is in kinds[reason] (kinds/*.py: State)."""
-
-    def __init__(self, key, stray, handle: Handle, now: float, on: list) -> None:
-        self.key = key
-        self.handle = handle
-        self.comm = stray.comm
-        self.reason = stray.reason
-        self.since = now                 # first sample that saw it as a stray
-        self.since_wall = time.time()
-        self.use = Usage()
-        self.action = "none"             # the strongest response applied so far
-        self.refused: Optional[NotPermitted] = None   # set once reaper may not act on it
-        self.niced = False
-        self.pinned = False              # --stray-cpus affinity set
-        self.cycled = False              # in the duty cycle (SIGSTOP/SIGCONT)
-        self.term_at: Optional[float] = None
-        self.term_reason: Optional[str] = None   # what its SIGTERM was for: a kind's reason
-        self.killed = False
-        self.kinds = {k.reason: k.state(stray) for k in on}
 
 
 class Enforcer:
@@ -105,7 +61,20 @@ class Enforcer:
         self.level = LEVELS[cfg.budget_action]
         self.table = ProcTable()
         self.finder = Finder(cfg, scope)
+        self.linker = Linker()
         self.tracked: dict = {}
+        self.emptied: list = []                  # accounts that lost a member: retired once empty
+        self.late_gone: list = []                # members found gone after this sample's linking
+        self.recent_gone: list = []              # members gone at the last sample
+        self.ghosts: dict = {}                   # key -> Ghost: strays of this sample gone before pinned
+        self.hop_seen: set = set()               # reaper's children looked at for hops since the sample
+        self.owners: Optional[dict] = None       # cgroup directory -> its lineage, this sample (_leaf_owner)
+        self.accounts: list = []                 # the lineages of this sample (lineages())
+        self.unpinnable: set = set()             # keys of this sample's strays gone before pinned
+        self.retiring: list = []                 # lineages empty at the last sample: retired if still empty
+        self.cgroup_data: dict = {}              # pid -> /proc/PID/cgroup, read this sample
+        self.prev_sample: Optional[float] = None
+        self.boot = 0                            # boot ticks at this sample's scan
         self.duty = DutyCycler()
         self.watch = bool(getattr(scope, "watch", False))
         self.said: set = set()                   # things said once
@@ -163,6 +132,8 @@ class Enforcer:
         finally:
             # Whatever the sample met, the duty cycle moves on: its deadline must not stay behind.
             self.duty.step(time.monotonic())
+            if self.duty.lost:
+                hops.catch(self, self.duty.take_lost())
             self._take_duty_faults()
             self._say_refusals()
 
@@ -213,19 +184,58 @@ class Enforcer:
         return not getattr(self.scope, "watch", False) and getattr(self.scope, "phase", "running") != "running"
 
     def sample(self, now: float) -> None:
-        cfg = self.cfg
+        boot = self.boot = boot_ticks()          # before the scan: whatever starts later is new
         self.table.refresh(now, self.finder.reapers())
         found = self.finder.find(self.table)
+        self.cgroup_data = {}
 
+        gone, self.late_gone = self.late_gone, []
         for key in [k for k in self.tracked if k not in found]:
-            self._drop(self.tracked.pop(key), now, alive=self.tracked_alive(key))
+            t = self.tracked.pop(key)
+            alive = self.tracked_alive(key)
+            self._drop(t, now, alive)
+            if not alive:
+                gone.append(t)
         self.unpinned &= found.keys()
+        new = []
         for key, stray in found.items():
-            if key in self.tracked:
-                self.tracked[key].comm = stray.comm     # it may have exec'd since
+            t = self.tracked.get(key)
+            if t is not None:
+                t.comm, t.cmdline = stray.comm, stray.cmdline    # it may have exec'd since
+                t.seen_boot = boot
             elif key not in self.unpinned:
-                self._track(key, stray, now)
+                new.append((key, stray))
+        # A hop's parent may have vanished a sample before it is seen: the members gone
+        # at the last sample count too, after this sample's.
+        self.ghosts, self.unpinnable, self.hop_seen, self.owners = {}, set(), set(), None
+        for key, stray in sorted(new, key=lambda ks: ks[0][1]):   # the oldest first: parents before children
+            self._track(key, stray, now, (gone, self.recent_gone))
+        self.recent_gone = gone
+        self.linker.prune(self.tracked)
+        self._retire()
+        self.linker.prev_boot = boot
 
+        self._measure(now)
+        self.stats.samples += 1
+        self.stats.strays = len(self.tracked)
+        if self.draining:
+            # reaper drains everything now: resume what is stopped and stand back.
+            self.duty.close(now)
+            for t in self.tracked.values():
+                t.cycled = False
+            self._publish()
+            return
+        escapes.hold(self, now)
+        self._pin(now)
+        for kind in self.kinds:
+            kind.judge(now)
+        self._follow_up(now)
+        self.prev_sample = now
+        self._publish()
+
+    def _measure(self, now: float) -> None:
+        """Each stray's CPU and private memory, then each lineage's CPU."""
+        cfg = self.cfg
         for key, t in list(self.tracked.items()):
             if t.refused is not None and t.refused.what == "read":
                 continue
@@ -233,6 +243,7 @@ class Enforcer:
                 cpu = t.handle.cpu_seconds()
             except Gone:
                 self._drop(self.tracked.pop(key), now, alive=False)
+                self.late_gone.append(t)
                 continue
             except NotPermitted as e:
                 self.refuse(t, e)
@@ -245,40 +256,90 @@ class Enforcer:
                 t.use.mem = t.handle.private_memory(exact_above=cfg.memory_budget)
             except (Gone, OSError):
                 t.use.mem = None             # gone: dropped at the next sample
-            if t.use.last_cpu is not None:
-                self.stats.stray_cpu_seconds += max(0.0, cpu - t.use.last_cpu)
-            t.use.last_cpu = cpu
-            run = now - t.since - self.duty.stopped_total(key, now)
-            t.use.add(now, cpu, run, cfg.budget_window, cfg.budget_interval)
+            if t.last_cpu is None:
+                # A stray born since the last sample has used nothing but as one (0 at its fork).
+                t.base = t.last_cpu = 0.0 if t.newborn else cpu
+            elif t.read_at is not None:
+                t.prev = (t.read_at, t.last_cpu)
+            self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
+            t.last_cpu, t.read_at, t.read_boot = cpu, now, self.boot
+            if t.pred is not None:
+                hops.count_unseen(self.stats, t)
+        self.accounts = lineages(self.tracked.values())
+        for a in self.accounts:
+            stopped = a.duty.stopped(now) if a.duty is not None else 0.0
+            a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
 
-        self.stats.samples += 1
-        self.stats.strays = len(self.tracked)
-        if self.draining:
-            # reaper drains everything now: resume what is stopped and stand back.
-            self.duty.close(now)
-            for t in self.tracked.values():
-                t.cycled = False
-            self._publish()
-            return
-        self._pin(now)
-        for kind in self.kinds:
-            kind.judge(now)
-        self._follow_up(now)
-        self._publish()
-
-    def _track(self, key, stray, now: float) -> None:
+    def _track(self, key, stray, now: float, gone: tuple) -> None:
+        groups = read_groups(*key)
+        known = ChainMap(self.tracked, self.ghosts)
         try:
             handle = Handle(*key)
         except Gone:
+            # Gone between the scan and now: its descendants seen in this scan, or forked
+            # since, still belong to its lineage.
+            self.unpinnable.add(key)
+            acct, _, _ = self.linker.find(stray, groups, self.table, known, gone, self.finder.reapers(),
+                                          lambda: None, self.unpinnable)
+            if acct is not None and groups is not None:
+                self.ghosts[key] = ghost = Ghost(key, acct, groups, stray.cmdline, self.boot)
+                gone[0].append(ghost)
             return
         except NotPermitted as e:
             self.unpinned.add(key)                  # not pinned again every sample
             self.refusals.append((e.what, key[0], stray.comm, e.strerror))
             self.count("not_permitted", ANY)
             return
-        self.tracked[key] = Tracked(key, stray, handle, now, self.kinds)
+        acct, rule, via = self.linker.find(stray, groups, self.table, known, gone, self.finder.reapers(),
+                                           lambda: self._leaf_owner(key[0]), self.unpinnable)
+        prev = self.linker.prev_boot
+        t = Tracked(key, stray, handle, now, self.kinds, acct, groups, prev is not None and key[1] >= prev)
+        t.seen_boot = self.boot
+        self.tracked[key] = t
+        self.linker.note(t)
         self.stats.strays_seen += 1
-        self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}")
+        if rule == "parent" and isinstance(via, Tracked):
+            t.placed = dict(via.placed)      # forked inside its parent's cgroups, if the parent was in them
+        elif acct is not None and t.newborn:
+            t.pred = via if rule == "hop" and isinstance(via, Tracked) else hops.predecessor(t, gone[0] + gone[1])
+        self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}"
+                       + (f", lineage of {acct.root[0]} ({rule})" if acct is not None else ""))
+
+    def _retire(self) -> None:
+        """The lineages left without a member for a whole sample (a hop may still join
+        them: Linker.find): what holds them is let go (kinds' retire)."""
+        for a in {id(a): a for a in self.retiring}.values():
+            if not a.members:
+                for kind in self.kinds:
+                    kind.retire(a)
+        self.retiring = [a for a in self.emptied if not a.members]
+        self.emptied = []
+
+    def proc_cgroup(self, pid: int) -> Optional[bytes]:
+        """/proc/PID/cgroup, read once a sample."""
+        if pid not in self.cgroup_data:
+            self.cgroup_data[pid] = read_proc_cgroup(pid)
+        return self.cgroup_data[pid]
+
+    def _leaf_owner(self, pid: int) -> Optional[Account]:
+        """The lineage whose own cgroup pid is in; read only while reaper holds such cgroups."""
+        if self.owners is None:              # once a sample: the kinds make cgroups after the linking
+            self.owners = {}
+            for a in lineages(self.tracked.values()):
+                for kind in self.kinds:
+                    d = kind.leaf_of(a)
+                    if d is not None:
+                        self.owners[d] = None if d in self.owners else a   # a cgroup of several: nobody's
+        owners = self.owners
+        if not owners:
+            return None
+        data = self.proc_cgroup(pid)
+        for kind in self.kinds:
+            if kind.cgroup is not None:
+                a = owners.get(kind.cgroup.dir_of(data))
+                if a is not None:
+                    return a
+        return None
 
     def tracked_alive(self, key) -> bool:
         from reaper.procfs.processes import read_stat
@@ -286,10 +347,17 @@ class Enforcer:
         st = read_stat(key[0])
         return st is not None and st[1] == key[1] and st[3] not in ("Z", "X")
 
+    def lineages(self) -> list:
+        """The lineages of the strays tracked at this sample (lineage.Account)."""
+        return self.accounts
+
+    def eligible_lineages(self, now: float) -> list:
+        """The lineages past their --budget-grace whose CPU use is measured."""
+        return [a for a in self.lineages() if now - a.since >= self.cfg.budget_grace and a.use.rate is not None]
+
     def eligible(self, now: float) -> list:
-        """The strays past their --budget-grace whose CPU use is measured."""
-        return [t for t in self.tracked.values()
-                if now - t.since >= self.cfg.budget_grace and t.use.rate is not None]
+        """The strays whose lineage is past its --budget-grace and has its CPU use measured."""
+        return [t for a in self.eligible_lineages(now) for t in a.members.values()]
 
     def _pin(self, now: float) -> None:
         """--stray-cpus: every stray past its grace, whatever the action."""
@@ -341,16 +409,21 @@ class Enforcer:
 
     def kill(self, t: Tracked, now: float, reason: str, why: str) -> None:
         """SIGTERM (and SIGCONT: a stopped process must run to exit), once; the
-        SIGKILL follows --grace seconds later (_follow_up)."""
+        SIGKILL follows --grace seconds later (_follow_up), counted from its lineage's
+        first SIGTERM for reason for a member born after it (a fork must not start the
+        grace afresh)."""
         if t.term_at is not None or t.refused is not None:
             return
+        first = t.acct.terms.get(reason)
         try:
             if t.cycled:
                 self.duty.release(t.key, now)
                 t.cycled = False
             t.handle.signal(signal.SIGTERM)
             t.handle.signal(signal.SIGCONT)
-            t.term_at = now
+            t.term_at = first[0] if first is not None and t.key[1] >= first[1] else now
+            if first is None:
+                t.acct.terms[reason] = (now, boot_ticks())
             t.term_reason = reason
             t.action = "terminate"
             self.count("terminate", reason)
@@ -431,6 +504,8 @@ class Enforcer:
             self.duty.forget(t.key)
         for kind in self.kinds:
             kind.drop(t, alive)
+        t.acct.leave(t)
+        self.emptied.append(t.acct)
         t.handle.close()
 
     def _count_cgroups(self) -> dict:
@@ -445,11 +520,18 @@ class Enforcer:
         for kind in self.kinds:
             b.over_budget[kind.reason] = sum(1 for t in self.tracked.values() if kind.over(t))
         b.cgroups = self._count_cgroups()
-        self.stats.stray_list = [
-            {"pid": t.key[0], "name": t.comm, "cpu_cores": round(t.use.rate or 0.0, 3),
-             "memory_bytes": t.use.mem or 0, "action": t.action, "since": round(t.since_wall, 3)}
-            for t in sorted(self.tracked.values(), key=lambda t: -(t.use.rate or 0.0))
-        ]
+        self.stats.stray_list = sorted(
+            ({"pid": t.key[0], "name": t.comm, "cpu_cores": round(_cores(t), 3),
+              "memory_bytes": t.use.mem or 0, "action": t.action, "since": round(t.since_wall, 3)}
+             for t in self.tracked.values()), key=lambda d: -d["cpu_cores"])
+
+
+def _cores(t: Tracked) -> float:
+    """A stray's cores: its lineage's over the window where it is its only member (a
+    fork seen once included), else its own over the last interval."""
+    if len(t.acct.members) == 1:
+        return t.acct.use.rate or 0.0
+    return t.own_rate() or 0.0
 
 
 def _cgroups_of(holders) -> dict:

@@ -24,8 +24,8 @@ import errno
 import os
 from typing import Optional
 
-from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dying_descendants, make_owned, \
-    reclaim, remove_tree, rmdir, unwritten, why, write
+from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dir_in, dying_descendants, make_owned, \
+    mount_of, reclaim, remove_tree, rmdir, unwritten, why, write
 from reaper.procfs.cgroups import own_dir
 
 FREE_MAX = 4              # free leaves kept for the next strays
@@ -46,6 +46,7 @@ class MemoryCgroup:
         self.in_use: set = set()         # leaves holding a stray
         self.free: list = []             # leaves waiting for the next stray
         self.made = 0                    # leaves made: names m1, m2, ...
+        self.mount = mount_of(parent, version, "memory")   # where /proc/PID/cgroup's paths lie
 
     @classmethod
     def probe(cls, skip_v2: bool = False, total: Optional[int] = None) -> "MemoryCgroup":
@@ -190,6 +191,11 @@ class MemoryCgroup:
 
     def move(self, pid: int, d: str) -> None:
         write(os.path.join(d, "cgroup.procs"), str(pid))
+
+    def dir_of(self, data: Optional[bytes]) -> Optional[str]:
+        """The memory cgroup directory a process is in, from its /proc/PID/cgroup (data);
+        None where that cannot be told."""
+        return dir_in(data, self.mount, self.version, "memory")
 
     def close(self) -> list:
         """Removes every leaf and the base, each reclaimed first, waiting up to

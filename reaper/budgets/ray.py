@@ -25,6 +25,13 @@ the very file the process runs (same device and inode as /proc/PID/exe).
 
 Results are kept per (pid, start time, command line): an exec or a new title
 asks again.
+
+Every path read here is one the process controls (its root, its cwd, its
+executable's and script's directories, a dist-info beside them): files are read
+only through read_regular (regular files, bounded), and the whole judgement runs
+off the loop under a deadline (procfs/offloop.py): a process whose files do not
+answer in CLASSIFY_TIMEOUT (a hung FUSE or NFS mount under its root) is judged not
+Ray's, and PID 1 never waits longer for it.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ import re
 from typing import Optional
 
 from reaper.procfs.files import read_regular
+from reaper.procfs.offloop import Late, OffLoop
 
 RAYLET = "core/src/ray/raylet/raylet"
 GCS_SERVER = "core/src/ray/gcs/gcs_server"
@@ -47,6 +55,7 @@ PYTHON_EXE = re.compile(r"python(\d+(\.\d+)*)?[a-z]?$")
 # The interpreter's options that take a value (CPython's -W, -X, --check-hash-based-pycs).
 _TAKES_VALUE = ("W", "X")
 MAX_LINKS = 40
+CLASSIFY_TIMEOUT = 0.5         # seconds the loop waits for one process's files (a few ms when they answer)
 
 
 def _record_hash(data: bytes) -> str:
@@ -142,6 +151,8 @@ class RayProcesses:
         self.local = local_package()
         self.cache: dict = {}           # (pid, start) -> (cmdline, kind)
         self._packages: dict = {}       # (root id, dir) -> bool: an installed ray package
+        self.files = OffLoop(CLASSIFY_TIMEOUT)
+        self.late: list = []            # pids judged not Ray's because their files did not answer
 
     def prune(self, alive) -> None:
         """Forgets processes no longer in the table (alive: the (pid, start) keys)."""
@@ -158,8 +169,11 @@ class RayProcesses:
         if hit is not None and hit[0] == cmdline:
             return hit[1]
         try:
-            k = self._classify(pid, cmdline)
-        except OSError:
+            k = self.files.run(self._classify, pid, cmdline)
+        except Late:     # kept as not Ray's: asking again would leave one more thread stuck
+            k = None
+            self.late = [*self.late[-7:], pid]
+        except (OSError, ValueError):   # ValueError: a NUL or surrogate in a path it chose
             k = None
         self.cache[(pid, start)] = (cmdline, k)
         return k
@@ -172,6 +186,12 @@ class RayProcesses:
             return b""
 
     def _classify(self, pid: int, cmdline: bytes) -> Optional[str]:
+        # Reads of paths the process controls, all here and below (off the loop):
+        # readlink and stat of /proc/PID/exe and /proc/PID/cwd; readlink of each step
+        # of a path inside /proc/PID/root (resolve_in); stat of that root and of the
+        # file found; isfile of a ray package's __init__.py and _raylet.so and of a
+        # module's file; listdir of a prefix's lib*/ and of a site's *.dist-info;
+        # read_regular of the script (MAX_LAUNCHER) and of RECORD (MAX_RECORD).
         base = f"{self.proc}/{pid}"
         exe = os.readlink(f"{base}/exe")
         if exe.endswith(" (deleted)"):

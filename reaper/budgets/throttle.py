@@ -5,21 +5,23 @@ Cgroup layout, made on first need and removed at exit:
     <reaper's own cpu cgroup>/reaper-strays.<id>/        quota: --cpu-budget-total (or none)
                                                          (owned: cgroupfs.make_owned)
         shared/                                          strays capped by the total only
-        s<pid>.<start>/                                  quota: --cpu-budget
+        s<pid>.<start>/                                  quota: --cpu-budget (a lineage: its first member's)
 """
 from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Optional
 
-from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dying_descendants, make_owned, \
+from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dir_in, dying_descendants, make_owned, \
     read as _read, remove, remove_tree, rmdir, why as _why, write as _write
 from reaper.procfs.cgroups import cgroup_dir as _cgroup_dir, mounts as _mounts, own_paths as _own_paths
 
 __all__ = ["CgroupThrottle", "DutyCycler", "Unavailable"]
 
 PERIOD_US = 100_000          # CFS bandwidth period, the kernel's default
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 DUTY_PERIOD = 0.1            # seconds per run/stop cycle (cpulimit uses 0.1 s too)
 MIN_FRACTION = 0.01
 
@@ -27,10 +29,11 @@ MIN_FRACTION = 0.01
 class CgroupThrottle:
     """A cgroup (v1 cpu or v2) of reaper's own holding the capped strays."""
 
-    def __init__(self, version: int, parent: str) -> None:
+    def __init__(self, version: int, parent: str, mount=None) -> None:
         self.version = version
         self.kind = f"cgroup_v{version}"
         self.parent = parent                     # reaper's own cgroup: strays go back here
+        self.mount = mount                       # the hierarchy's mount (procfs.cgroups.Mount)
         self.base = ""                           # made by _create
         self.fd: Optional[int] = None            # holds the owner's lock on base
         self.leaves: set = set()                 # leaf dirs made and not removed
@@ -64,7 +67,7 @@ class CgroupThrottle:
             if parent is None:
                 reasons.append(f"cgroup v{version}: reaper's cgroup {path} is outside the mounted hierarchy")
                 continue
-            t = cls(version, parent)
+            t = cls(version, parent, cands[0])
             try:
                 t._create()
                 return t
@@ -107,12 +110,11 @@ class CgroupThrottle:
         self.total = cores
 
     def leaf(self, key: tuple, cores: Optional[float]) -> str:
-        name = "shared" if cores is None else f"s{key[0]}.{key[1]}"
+        d = self.leaf_dir(key, cores)
         if cores is not None and self.total is not None:
             # cgroup v1 refuses a child's quota above its parent's (EINVAL); the
             # parent's caps it anyway, in v2 too.
             cores = min(cores, self.total)
-        d = os.path.join(self.base, name)
         if not os.path.isdir(d):
             os.mkdir(d)
             self.leaves.add(d)
@@ -121,8 +123,18 @@ class CgroupThrottle:
         self._set_quota(d, cores)
         return d
 
+    def leaf_dir(self, key: tuple, cores: Optional[float]) -> str:
+        """The leaf of lineage key (its root's (pid, start)) at its own budget (cores),
+        or the shared one (cores None: held by the total only)."""
+        return os.path.join(self.base, "shared" if cores is None else f"s{key[0]}.{key[1]}")
+
     def move(self, pid: int, d: str) -> None:
         _write(os.path.join(d, "cgroup.procs"), str(pid))
+
+    def dir_of(self, data: Optional[bytes]) -> Optional[str]:
+        """The cpu cgroup directory a process is in, from its /proc/PID/cgroup (data);
+        None where that cannot be told."""
+        return dir_in(data, self.mount, self.version, "cpu")
 
     def pressing(self, d: str) -> bool:
         """True if the cgroup hit its quota since the last call."""
@@ -181,20 +193,43 @@ class DutyCycler:
         self.members: dict = {}        # key -> Member
         self.period_start = 0.0
         self.faults: list = []         # (key, signal name, OSError): members dropped for it
+        # (key, CPU seconds, boot ticks) of members found gone (they may have forked first):
+        # their CPU as read when last stopped (None if never), and when that was.
+        self.lost: list = []
+
+    class Group:
+        """Members stopped and resumed together (a lineage): the time any one of them
+        was held stopped, counted once however many they are and however they change."""
+        __slots__ = ("stopped_at", "stopped_total")
+
+        def __init__(self) -> None:
+            self.stopped_at: Optional[float] = None
+            self.stopped_total = 0.0
+
+        def stopped(self, now: float) -> float:
+            return self.stopped_total + (now - self.stopped_at if self.stopped_at is not None else 0.0)
+
+        def _resumed(self, now: float) -> None:
+            if self.stopped_at is not None:
+                self.stopped_total += now - self.stopped_at
+                self.stopped_at = None
 
     class Member:
-        __slots__ = ("handle", "fraction", "stopped_at", "stopped_total")
+        __slots__ = ("handle", "fraction", "stopped_at", "stopped_total", "group", "cpu", "cpu_ticks")
 
-        def __init__(self, handle) -> None:
+        def __init__(self, handle, group=None) -> None:
             self.handle = handle
             self.fraction = 1.0
             self.stopped_at: Optional[float] = None
             self.stopped_total = 0.0   # seconds this stray spent stopped by us
+            self.group = group
+            self.cpu: Optional[float] = None     # its CPU seconds when last stopped, and when (boot ticks)
+            self.cpu_ticks = 0
 
-    def set(self, key: tuple, handle, fraction: float, now: float) -> None:
+    def set(self, key: tuple, handle, fraction: float, now: float, group: "Optional[DutyCycler.Group]" = None) -> None:
         m = self.members.get(key)
         if m is None:
-            m = self.members[key] = self.Member(handle)
+            m = self.members[key] = self.Member(handle, group)
             if len(self.members) == 1:
                 self.period_start = now
         m.fraction = min(1.0, max(MIN_FRACTION, fraction))
@@ -209,6 +244,10 @@ class DutyCycler:
         out, self.faults = self.faults, []
         return out
 
+    def take_lost(self) -> list:
+        out, self.lost = self.lost, []
+        return out
+
     def release(self, key: tuple, now: float) -> None:
         """Stops duty-cycling key; resumes it if it is stopped."""
         m = self.members.pop(key, None)
@@ -216,7 +255,9 @@ class DutyCycler:
             self._cont(key, m, now)
 
     def forget(self, key: tuple) -> None:
-        self.members.pop(key, None)
+        m = self.members.pop(key, None)
+        if m is not None and m.stopped_at is not None and m.group is not None:
+            m.group._resumed(time.monotonic())
 
     def _send(self, key: tuple, m, signo: int) -> bool:
         """signo to a member; False if it did not arrive (the process is gone, or
@@ -227,6 +268,7 @@ class DutyCycler:
             m.handle.signal(signo)
             return True
         except Gone:
+            self.lost.append((key, m.cpu, m.cpu_ticks))
             return False
         except OSError as e:               # NotPermitted, or anything else the OS says
             self.faults.append((key, signal.Signals(signo).name, e))
@@ -235,6 +277,8 @@ class DutyCycler:
     def _cont(self, key: tuple, m, now: float) -> bool:
         m.stopped_total += now - m.stopped_at
         m.stopped_at = None
+        if m.group is not None:
+            m.group._resumed(now)
         return self._send(key, m, signal.SIGCONT)
 
     def _stop_at(self, m) -> float:
@@ -270,8 +314,22 @@ class DutyCycler:
             if m.stopped_at is None and m.fraction < 1.0 and now >= self._stop_at(m):
                 if self._send(key, m, signal.SIGSTOP):
                     m.stopped_at = now
+                    if m.group is not None:
+                        if m.group.stopped_at is None:
+                            m.group.stopped_at = now
+                        self._read_cpu(m)
                 else:
                     del self.members[key]
+
+    @staticmethod
+    def _read_cpu(m) -> None:
+        """A lineage's member's CPU as it stops: if it forks and exits before the next
+        sample, its lineage still counts what it used (a short read of its stat)."""
+        try:
+            m.cpu = m.handle.cpu_seconds()
+            m.cpu_ticks = int(time.clock_gettime(time.CLOCK_BOOTTIME) * CLK_TCK)
+        except OSError:                     # Gone, NotPermitted: nothing to keep
+            pass
 
     def close(self, now: float) -> None:
         """Resumes every stopped member, whatever happens to the others: an

@@ -1,6 +1,7 @@
-"""reaper's subcommands, one module each: ``reaper stats`` (stats.py) and ``reaper
-watch`` (watch.py). Each has ``main(argv, sfd)``; the options it takes that are
-reaper's own are rows of the one table in reaper/options.py.
+"""reaper's subcommands, one module each: ``reaper stats`` (stats.py), ``reaper top``
+(top/: the live view, with rich), ``reaper watch`` (watch.py) and ``reaper node``
+(node.py). Each has ``main(argv, sfd)``; they read their flags with reaper's scanner
+(reaper/options.py), so an error is worded as reaper's.
 
 Off the way to any child's exec: cli.py imports this package only for a subcommand.
 """
@@ -16,6 +17,14 @@ def run(name: str, argv: list, sfd: "int | None") -> int:
             from reaper.commands import stats
 
             return stats.main(argv, sfd)
+        if name == "top":
+            from reaper.commands import top
+
+            return top.main(argv, sfd)
+        if name == "node":
+            from reaper.commands import node
+
+            return node.main(argv, sfd)
         from reaper.commands import watch
 
         return watch.main(argv, sfd)
@@ -24,6 +33,21 @@ def run(name: str, argv: list, sfd: "int | None") -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def answered(parse, help_text, prog: str, closed: bool = False):
+    """parse() for a subcommand: its result, or the exit status once --help or -V was
+    answered on stdout (one wording for every subcommand)."""
+    from reaper import options
+
+    try:
+        return parse()
+    except options.HelpRequested:
+        return options.write_stdout(help_text(), prog, closed)
+    except options.VersionRequested:
+        from reaper import __version__
+
+        return options.write_stdout(f"reaper {__version__}\n", prog, closed)
 
 
 def _watch_config(argv: list):

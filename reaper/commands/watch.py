@@ -34,6 +34,10 @@ HELP = {
 }
 
 
+# --help, -V: as reaper's (scan() raises them).
+REQUESTS = {k: v for k, v in options.REQUESTS.items() if k not in ("--license", "-l")}
+
+
 class WatchScope:
     """What the metrics and the budget enforcer are told about reaper watch's scope
     (the Supervisor plays this part in reaper): the whole PID namespace, with no
@@ -53,9 +57,9 @@ class WatchScope:
 def config(argv: list, environ=None) -> options.Config:
     """A Config from the REAPER_* variables, then watch's flags (a flag wins over its
     variable, as in reaper). Raises options.UsageError, or options.HelpRequested."""
-    found, rest = options.scan(argv, FLAGS, {"--help": options.HelpRequested, "-h": options.HelpRequested})
+    found, rest = options.scan(argv, FLAGS, REQUESTS)
     if rest:
-        raise options.UsageError(f"unrecognized arguments: {' '.join(rest)}")
+        raise options.UsageError(f"unexpected argument {options.quoted(rest[0])}")
     cfg = options.configure(found, VARIABLES, os.environ if environ is None else environ)
     if cfg.metrics_port is None and not cfg.metrics_file:
         cfg.metrics_port = options.DEFAULT_METRICS_PORT
@@ -69,15 +73,19 @@ def help_text() -> str:
             "",
             "Metrics sidecar for a shared PID namespace: observe every process, serve the",
             "metrics, enforce budgets (CPU, memory, age) on strays. Reaps nothing. Every",
-            "option also reads its REAPER_* environment variable; a flag wins over it."]
-    return usage.render(head, usage.option_rows(FLAGS, options.Config, HELP) + [("", ""), usage.HELP_ROW])
+            "option also reads the REAPER_* environment variable shown beside it; a flag",
+            "wins over it."]
+    rows = usage.option_rows(FLAGS, options.Config, HELP) + [("", ""), usage.HELP_ROW, usage.VERSION_ROW]
+    environment = (("REAPER_QUIET", "errors only (as REAPER_VERBOSITY=0)"),)
+    return usage.render(head, rows + usage.tail(environment, "docs/reaper-watch.md"))
 
 
 def main(argv: list, sfd: int) -> int:
-    try:
-        cfg = config(argv)
-    except options.HelpRequested:
-        return options.write_stdout(help_text(), PROG)
+    from reaper.commands import answered
+
+    cfg = answered(lambda: config(argv), help_text, PROG)
+    if isinstance(cfg, int):
+        return cfg
     if os.getpid() == 1:
         raise options.UsageError("is a sidecar and must not be PID 1 (run 'reaper -- COMMAND' as the init instead)")
     return _watch(cfg, sfd)

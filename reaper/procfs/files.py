@@ -5,6 +5,20 @@ device or /proc file that reads without end, never more than a bound.
 The file is opened with O_NONBLOCK (a FIFO's open returns at once instead of waiting
 for a writer) and O_NOCTTY, checked with fstat to be a regular file, and read to at
 most `limit` bytes: anything else is Refused, with a reason fit for one log line.
+
+Where reaper reads what a process controls (the audit of issue 20; each site says so):
+- budgets/ray.py: a process's exe, cwd, root, script, package and dist-info RECORD,
+  through read_regular, off the loop under a deadline (procfs/offloop.py);
+- services/spec.py: a service directory's setting files, through read_regular;
+- commands/stats.py: --file, through read_regular;
+- procfs/processes.py: /proc/PID/stat, cmdline and comm, made by the kernel (a
+  process sets only its name and argv), read bounded (_read_small) and parsed
+  from the last ')' (a name may hold anything, parentheses and newlines included);
+- procctl.py: /proc/PID/statm and smaps_rollup (kernel-made, bounded);
+- drain.py: /proc/PID/status (kernel-made); budgets/strays.py: readlink of
+  /proc/PID/exe (a kernel thread has none);
+- budgets/ (throttle): /proc/PID/cgroup of a stray reaper moved (kernel-made;
+  the path in it is the cgroup's, which reaper compares, never opens).
 """
 from __future__ import annotations
 

@@ -36,10 +36,11 @@ class Proc(NamedTuple):
         return self.start / CLK_TCK
 
 
-def read_stat(pid: int) -> Optional[tuple]:
-    """(ppid, start ticks, comm, state, utime+stime ticks) or None if gone."""
+def stat_fields(pid: int, proc: str = "/proc", maxsplit: int = -1) -> Optional[tuple]:
+    """(comm, [the fields after it: state, ppid, ...]) of proc/PID/stat, or None if gone.
+    The name is what lies between the first '(' and the last ')': it may hold anything."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        fd = os.open(f"{proc}/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -51,10 +52,17 @@ def read_stat(pid: int) -> Optional[tuple]:
     lpar, rpar = data.find(b"("), data.rfind(b")")
     if lpar < 0 or rpar < 0:
         return None
-    f = data[rpar + 2:].split(b" ", 21)
+    return data[lpar + 1:rpar].decode(errors="replace"), data[rpar + 2:].split(b" ", maxsplit)
+
+
+def read_stat(pid: int) -> Optional[tuple]:
+    """(ppid, start ticks, comm, state, utime+stime ticks) or None if gone."""
+    st = stat_fields(pid, maxsplit=21)
+    if st is None:
+        return None
+    comm, f = st
     try:
-        return (int(f[1]), int(f[19]), data[lpar + 1:rpar].decode(errors="replace"),
-                f[0].decode(), int(f[11]) + int(f[12]))
+        return (int(f[1]), int(f[19]), comm, f[0].decode(), int(f[11]) + int(f[12]))
     except (IndexError, ValueError):
         return None
 
@@ -116,10 +124,10 @@ def read_children(pid: int) -> list:
         return []
 
 
-def _read_small(pid: int, name: str, limit: int) -> bytes:
+def _read_small(pid: int, name: str, limit: int, proc: str = "/proc") -> bytes:
     """At most limit bytes of /proc/PID/name (a kernel file: it never blocks); b"" when gone."""
     try:
-        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
+        fd = os.open(f"{proc}/{pid}/{name}", os.O_RDONLY)
     except OSError:
         return b""
     try:
@@ -136,6 +144,11 @@ def read_cmdline(pid: int) -> str:
 
 def read_comm(pid: int) -> str:
     return _read_small(pid, "comm", 64).rstrip(b"\n").decode(errors="replace")
+
+
+def read_cgroup(pid: int, proc: str = "/proc") -> str:
+    """proc/PID/cgroup (kernel-made; bounded: a path is at most a few hundred bytes); "" when gone."""
+    return _read_small(pid, "cgroup", 8192, proc).decode(errors="replace")
 
 
 class ProcTable:

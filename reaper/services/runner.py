@@ -12,7 +12,12 @@ still running are drained with the rest at the end):
   read_ready();
 - the drain (reaper/drain.py): begin_drain(), then drain_step() after every
   wait; the services leave the first SIGTERM round (exclude()) and are stopped
-  one at a time, in reverse start order, once the rest has ended.
+  one at a time, in reverse start order, once the rest has ended. Each has a
+  share of the grace left: one still up at the end of its share is left to the
+  SIGKILL at the grace's end, and the next one gets its SIGTERM now.
+
+What a service writes to its readiness pipe is hostile input: read_ready() reads
+at most READY_MAX_BYTES of it, in at most READY_MAX_READS reads, before giving up.
 
 It calls back through two public doors only: sup.request_stop() (--on-service-failure
 stop) and sup.drain's interface for the ordered stop (left, kill_stragglers,
@@ -35,6 +40,10 @@ from reaper._native import exit_code
 
 RECHECK_FIRST = 0.01     # drain: look whether the others have ended this soon after SIGTERM,
 RECHECK_MAX = 0.5        # then twice as long each time, up to this
+# A readiness pipe is given up on (closed, never ready this run) after this much
+# without a newline, or this many reads: a flood costs PID 1 a few reads, not a CPU.
+READY_MAX_BYTES = 4096
+READY_MAX_READS = 64
 STATES = ("running", "backoff", "failed", "exited", "stopping", "stopped")
 
 
@@ -56,6 +65,9 @@ class Service:
         self.ready = False               # said so on its readiness pipe, this run
         self.ever_ready = False
         self.ready_fd = None             # our end of its readiness pipe, while it may still write
+        self.ready_bytes = 0             # read from it this run, no newline yet
+        self.ready_reads = 0
+        self.ready_floods = 0            # runs whose pipe was given up on (too much without a newline)
         self.restart_at = None           # monotonic time of the next start
 
     @property
@@ -104,6 +116,8 @@ class Runner:
         self.stage = None                # in the drain: others, services, rest
         self.others_until = 0.0          # in the drain: when the others' half of the grace ends
         self.stopping = None             # the service whose exit the drain waits for
+        self.until = 0.0                 # in the drain: the end of the grace
+        self.share_end = None            # ...and of the share of it the stopping service has
         self.recheck_at = None
         self.recheck_every = RECHECK_FIRST
         self.ready_due = None            # --wait-ready's deadline while the main child waits
@@ -165,6 +179,7 @@ class Runner:
         svc.backoff.started(now)
         svc.started_at = time.time()
         svc.ready = False
+        svc.ready_bytes = svc.ready_reads = 0
         env = {k: v for k, v in os.environb.items() if k != b"REAPER_READY_FD"}
         r = w = -1
         try:
@@ -212,8 +227,8 @@ class Runner:
         for svc in self.services:
             if svc.ready_fd is None:
                 continue
-            try:
-                data = os.read(svc.ready_fd, 4096)
+            try:            # one byte past the bound tells a flood from a long line
+                data = os.read(svc.ready_fd, READY_MAX_BYTES + 1 - svc.ready_bytes)
             except BlockingIOError:
                 continue
             except OSError:
@@ -222,11 +237,23 @@ class Runner:
                 svc.ready = svc.ever_ready = True
                 self.log.info(f"service {svc.name} is ready")
             elif data:
-                continue                       # s6's rule: ready at the newline
-            self._close_ready(svc, arm=False)  # ready or closed: nothing more to read
+                svc.ready_bytes += len(data)
+                svc.ready_reads += 1
+                if svc.ready_bytes <= READY_MAX_BYTES and svc.ready_reads < READY_MAX_READS:
+                    continue                   # s6's rule: ready at the newline
+                self._flooded(svc)
+            self._close_ready(svc, arm=False)  # ready, closed or given up: nothing more to read
             changed = True
         if changed:
             self._arm()
+
+    def _flooded(self, svc: Service) -> None:
+        svc.ready_floods += 1
+        what = f"more than {READY_MAX_BYTES} bytes on" if svc.ready_bytes > READY_MAX_BYTES else \
+            f"{READY_MAX_READS} reads of"
+        self.log.event(("ready-flood", svc.name), WARN,
+                       f"service {svc.name}: {what} its readiness fd without a newline; "
+                       "fd closed, not ready this run")
 
     def _close_ready(self, svc: Service, arm: bool = True) -> None:
         fd, svc.ready_fd = svc.ready_fd, None
@@ -300,8 +327,10 @@ class Runner:
             if svc.state == "backoff":
                 svc.state = "stopped"
         self.stage = "services" if self.cfg.no_drain else "others"
-        self.others_until = time.monotonic() + self.cfg.grace / 2    # the rest's share of the grace
-        self.recheck_at = time.monotonic()   # drain_step at the next turn of the loop, not at an event
+        now = time.monotonic()
+        self.until = now + self.cfg.grace
+        self.others_until = now + self.cfg.grace / 2    # the rest's share of the grace
+        self.recheck_at = now                # drain_step at the next turn of the loop, not at an event
 
     def kept(self) -> list:
         """The services' pids, which the first SIGTERM round leaves alone."""
@@ -339,17 +368,36 @@ class Runner:
             self.recheck_at = None
             self.stage = "services"
         if self.stage == "services":
-            if self.stopping is not None and self.stopping.pid is not None:
-                return False                   # its exit comes as an event
-            for svc in reversed(self.services):
-                if svc.pid is not None:
-                    self._terminate(svc)
-                    return False
-            self.stopping = None
+            if not self._stop_next(now):
+                return False
             self.stage = "rest"
             if not self.cfg.no_drain:
                 drain.terminate_rest()          # what the services left (a child outside their group)
         return True
+
+    def _stop_next(self, now: float) -> bool:
+        """The ordered stop: SIGTERM to the next service in reverse start order once
+        the one before has ended or had its share of the grace (what is left of it over
+        the services not yet asked): one that ignores SIGTERM costs the others a share
+        of their time, never their SIGTERM. True once every service has ended."""
+        last = self.stopping
+        if last is not None and last.pid is not None and now < self.share_end:
+            if self.recheck_at is None:
+                self.recheck_at = self.share_end   # its exit comes as an event, its share's end as a timer
+            return False
+        asked = ("stopping", "stopped")
+        waiting = [s for s in reversed(self.services) if s.pid is not None and s.state not in asked]
+        if not waiting:
+            self.stopping = self.share_end = self.recheck_at = None
+            return all(s.pid is None for s in self.services)   # the stubborn ones: SIGKILL at the end
+        nxt = waiting[0]
+        if last is not None and last.pid is not None:
+            self.log.info(f"service {last.name} ({last.pid}) still up after its share of the grace; "
+                          f"left to the SIGKILL at its end")
+        self.share_end = now + max(0.0, self.until - now) / len(waiting)
+        self.recheck_at = self.share_end
+        self._terminate(nxt)
+        return False
 
     def _terminate(self, svc: Service) -> None:
         from reaper.procfs.processes import read_proc

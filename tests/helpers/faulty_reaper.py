@@ -8,6 +8,8 @@ FAULTS is a comma-separated list; each one patches reaper before main() runs:
   supervisor-init  the Supervisor cannot even be built
   budgets          building the budget enforcer raises
   budget-tick      the budget enforcer's tick raises
+  budget-twice     the budget enforcer's first two samples raise MemoryError (as a stray's
+                   endless file once made them), later ones work
   summary          building the exit summary raises
   title            setting the process title raises
   count-scans      counts full /proc scans made while killing; written to $FAULTY_SCANS at exit
@@ -68,6 +70,16 @@ def inject(faults: set) -> None:
     if "budget-tick" in faults:
         from reaper.budgets import enforcer
         enforcer.Enforcer.tick = boom
+    if "budget-twice" in faults:
+        from reaper.budgets import enforcer
+        real_sample, left = enforcer.Enforcer.sample, [2]
+
+        def sample(self, now):
+            if left[0] > 0:
+                left[0] -= 1
+                raise MemoryError()
+            return real_sample(self, now)
+        enforcer.Enforcer.sample = sample
     if "summary" in faults:
         stats.Stats.summary = boom
     if "title" in faults:

@@ -9,7 +9,9 @@
 A kind's module defines `Kind` (see Kind below): each sample the enforcer
 (enforcer.py) measures every stray and then asks each kind that is on, in KINDS'
 order, to judge and respond through the enforcer's actions (renice, SIGTERM, ...).
-Its decisions are plain functions of numbers, testable on a recorded sample.
+A kind judges lineages (lineage.py: a stray and its descendants, one account) and
+acts on each of their members. Its decisions are plain functions of numbers,
+testable on a recorded sample.
 
 A kind's reason is its `reason` label in the metrics and in the stats' by-reason
 counters; ANY labels what serves no one budget. A new kind is a module here, a row
@@ -49,7 +51,7 @@ class Kind:
     (enf: its cfg, log, level, tracked strays and actions)."""
 
     reason = ""
-    State = None         # what it keeps of each stray: State(stray), with `over`; None: nothing
+    State = None         # what it keeps of each lineage: State(stray), with `over`; None: nothing
     cgroup = None        # the cgroup holder it made (live, dying, close, version, base), if any
     mechanism = None     # how it holds its budget (stats), decided on first need
 
@@ -58,7 +60,7 @@ class Kind:
         self.cfg = enf.cfg
 
     def state(self, stray):
-        """A new stray's state of this kind (kept in Tracked.kinds[reason]), or None."""
+        """A new lineage's state of this kind (kept in its Account.kinds[reason]), or None."""
         return None if self.State is None else self.State(stray)
 
     def judge(self, now: float) -> None:
@@ -71,5 +73,33 @@ class Kind:
     def drop(self, t, alive: bool) -> None:
         """t is no longer a stray (alive) or is gone: undo what holds it."""
 
+    def joined(self, t, now: float) -> None:
+        """t joined its lineage between two samples (a pid hop the duty cycle caught):
+        what the lineage is under applies to it at once."""
+
+    def retire(self, acct) -> None:
+        """acct's lineage has no member left: let go of what holds it (its cgroup)."""
+
     def closing(self) -> None:
         """reaper's exit, before the cgroups are removed."""
+
+    # --- the cgroup a lineage is held in (escapes.py keeps its members there) ------------
+
+    def leaf_of(self, acct) -> "str | None":
+        """The cgroup directory every member of acct must be in, if this kind holds one."""
+        return None
+
+    def placed(self, t, moved: bool) -> None:
+        """t was found in its lineage's cgroup, or moved into it (moved: the first time)."""
+
+    def leaking(self, acct) -> "str | None":
+        """Why acct, in its cgroup for the whole last interval, is not held by it (it
+        used more than its cgroup allows), or None."""
+        return None
+
+    def reassert(self, acct) -> None:
+        """Writes acct's cgroup's limit again (after leaking said why)."""
+
+    def give_up(self, acct, why: str) -> None:
+        """acct's members keep leaving its cgroup, or cannot be moved back: hold the
+        budget without it from now on."""

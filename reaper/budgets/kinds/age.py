@@ -1,11 +1,12 @@
-"""Lifetime: --stray-max-age. A stray first seen that many seconds ago gets SIGTERM
-(SIGKILL --grace seconds later), whatever its CPU and memory and whatever
---budget-action says, except observe, which only reports it (one line). For strays
-that hold a resource while idle, which no CPU budget catches.
+"""Lifetime: --stray-max-age. A stray whose lineage (lineage.py) was first seen that
+many seconds ago gets SIGTERM (SIGKILL --grace seconds later), whatever its CPU and
+memory and whatever --budget-action says, except observe, which only reports it (one
+line). For strays that hold a resource while idle, which no CPU budget catches.
 """
 from __future__ import annotations
 
 from reaper.budgets.kinds import Kind as _Kind
+from reaper.budgets.lineage import who
 
 
 def past_max_age(since: float, now: float, max_age: float) -> bool:
@@ -17,7 +18,7 @@ class State:
     __slots__ = ("over",)
 
     def __init__(self, stray) -> None:
-        # Past --stray-max-age and still there: SIGTERM'd, or reported only (observe).
+        # The lineage is past --stray-max-age and still there: SIGTERM'd, or reported only (observe).
         self.over = False
 
 
@@ -26,16 +27,30 @@ class Kind(_Kind):
     State = State
 
     def judge(self, now: float) -> None:
+        """A lineage's age is its oldest member's: a fork that lets its parent exit is
+        as old as the parent, and a member seen after its lineage is past the age gets
+        SIGTERM at once (and SIGKILL at once, --grace after the lineage's first)."""
         enf, limit = self.enf, self.cfg.stray_max_age
-        for t in enf.tracked.values():
-            s = t.kinds["age"]
-            if s.over or t.refused is not None or not past_max_age(t.since, now, limit):
-                continue
-            s.over = True
-            if enf.level == 0:
-                enf.violation("age", t)
-                enf.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) first seen {now - t.since:.0f}s ago, "
-                             f"past --stray-max-age {limit:g}: observe")
-            else:
-                enf.violation("age")
-                enf.kill(t, now, "age", f"first seen {limit:g}s ago (--stray-max-age)")
+        for a in enf.lineages():
+            s = a.kinds["age"]
+            if not s.over:
+                if not past_max_age(a.since, now, limit):
+                    continue
+                s.over = True
+                t = a.first()
+                if enf.level == 0:
+                    enf.violation("age", t)
+                    enf.log.warn(f"{who(t)} first seen {now - a.since:.0f}s ago, "
+                                 f"past --stray-max-age {limit:g}: observe")
+                else:
+                    enf.violation("age")
+            for t in list(a.members.values()):
+                if enf.level == 0:
+                    if t.action == "none":
+                        t.action = "observe"
+                elif t.term_at is None and t.refused is None:
+                    enf.kill(t, now, "age", f"first seen {limit:g}s ago (--stray-max-age)")
+
+    def joined(self, t, now: float) -> None:
+        if t.kinds["age"].over and self.enf.level >= 1:
+            self.enf.kill(t, now, "age", f"first seen {self.cfg.stray_max_age:g}s ago (--stray-max-age)")

@@ -6,7 +6,10 @@ averaged over --budget-window (over_each). Strays together are over
 share of the total in proportion to its demand (shares). "Over budget" is judged on
 demand, not on use: a duty-cycled stray that would use more than RELEASE of its
 budget if let run stays over budget (and stays throttled), as does one pressing
-against its cgroup's quota.
+against its cgroup's quota. A lineage (lineage.py: a stray and its descendants) is
+judged as one stray, on its members' CPU together, and every member gets the response,
+a new one at its first sample: one cgroup, or one duty cycle (its members stopped and
+resumed together, DutyCycler.Group).
 
 The response, each step including the ones before (the enforcer's level):
 
@@ -19,13 +22,13 @@ The response, each step including the ones before (the enforcer's level):
 from __future__ import annotations
 
 import errno
-import os
 import time
 from typing import Optional
 
 from reaper.budgets.kinds import Kind as _Kind
+from reaper.budgets.lineage import who
 from reaper.procctl import Gone
-from reaper.budgets.throttle import CgroupThrottle, Unavailable
+from reaper.budgets.throttle import CgroupThrottle, DutyCycler, Unavailable
 
 RELEASE = 0.9          # a duty-cycled stray is let go below this share of its budget
 SLOW_SPEED = 0.25      # duty-cycling: the least speed (cores while let run) its control assumes
@@ -90,19 +93,25 @@ def duty_fraction(target: float, demand: Optional[float], fraction: Optional[flo
 
 # --- the kind ------------------------------------------------------------------------
 
-class State:
-    """What the CPU budget keeps of one stray."""
+LEAK_FACTOR = 1.5      # a lineage alone in its cgroup that used more than this times its quota...
+LEAK_SLACK = 0.05      # ...plus this many cores over a whole sample is not held by it (escapes.py)
 
-    __slots__ = ("over", "over_since", "autogroup_pending", "leaf", "fraction")
+
+class State:
+    """What the CPU budget keeps of one lineage."""
+
+    __slots__ = ("over", "over_since", "autogroup_done", "leaf", "cycling", "fraction",
+                 "no_cgroup")
 
     def __init__(self, stray) -> None:
         self.over = False
         self.over_since: Optional[float] = None
-        # Everything in an orphan's or an idle task's session is a stray: its autogroup
-        # may be reniced (procctl.Handle.autogroup_nice); not so for --stray-match.
-        self.autogroup_pending = stray.reason != "match"
-        self.leaf: Optional[str] = None  # cpu cgroup directory it was moved into
-        self.fraction = 1.0              # share of each duty period it may run
+        # Members whose autogroup was reniced, or needs none (Handle.autogroup_nice).
+        self.autogroup_done: set = set()
+        self.leaf: Optional[str] = None  # cpu cgroup directory its members are held in
+        self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
+        self.fraction = 1.0              # share of each duty period they may run
+        self.no_cgroup = False           # they kept leaving their cgroup: duty-cycled instead
 
 
 class Kind(_Kind):
@@ -112,80 +121,106 @@ class Kind(_Kind):
 
     def judge(self, now: float) -> None:
         cfg, enf = self.cfg, self.enf
-        eligible = enf.eligible(now)
+        eligible = enf.eligible_lineages(now)
         over_one = set()
         if cfg.cpu_budget is not None:
-            for t in eligible:
-                leaf = t.kinds["cpu"].leaf
-                own = leaf if leaf and not leaf.endswith("/shared") and self.cgroup is not None else None
+            for a in eligible:
+                own = self._own_leaf(a)
                 pressing = None if own is None else self.cgroup.pressing(own)
-                if over_each(t.use.rate, t.use.demand, t.cycled, cfg.cpu_budget, pressing):
-                    over_one.add(t.key)
+                if over_each(a.use.rate, a.use.demand, a.kinds["cpu"].cycling, cfg.cpu_budget, pressing):
+                    over_one.add(id(a))
         over_all = False
         if cfg.cpu_budget_total is not None and eligible:
             pressing = False
-            if self.cgroup is not None and any(t.kinds["cpu"].leaf for t in eligible):
+            if self.cgroup is not None and any(a.kinds["cpu"].leaf for a in eligible):
                 pressing = self.cgroup.pressing(self.cgroup.base)
-            over_all = over_total(sum(t.use.rate or 0.0 for t in eligible),
-                                  sum(t.use.demand or 0.0 for t in eligible), cfg.cpu_budget_total,
-                                  any(t.cycled for t in eligible), pressing)
-        share = shares({t.key: t.use.demand for t in eligible}, cfg.cpu_budget_total) if over_all else {}
+            over_all = over_total(sum(a.use.rate or 0.0 for a in eligible),
+                                  sum(a.use.demand or 0.0 for a in eligible), cfg.cpu_budget_total,
+                                  any(a.kinds["cpu"].cycling for a in eligible), pressing)
+        share = shares({id(a): a.use.demand for a in eligible}, cfg.cpu_budget_total) if over_all else {}
 
-        for t in enf.tracked.values():
-            s = t.kinds["cpu"]
-            over = t.key in over_one or t.key in share
+        for a in enf.lineages():
+            s = a.kinds["cpu"]
+            over = id(a) in over_one or id(a) in share
             if over and not s.over:
-                self._violation(t, over_all and t.key not in over_one)
+                self._violation(a, over_all and id(a) not in over_one)
             if not over:
                 s.over_since = None
             s.over = over
             if not over:
-                if t.cycled:
-                    enf.duty.release(t.key, now)
-                    t.cycled = False
-                    enf.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+                if s.cycling:
+                    self._release(a, now)
                 continue
-            self._respond(t, cfg.cpu_budget if t.key in over_one else None, share.get(t.key), now)
+            self._respond(a, cfg.cpu_budget if id(a) in over_one else None, share.get(id(a)), now)
 
-    def _violation(self, t, total: bool) -> None:
+    def joined(self, t, now: float) -> None:
+        """A hop of a duty-cycled lineage: niced and duty-cycled like its lineage, now."""
+        s = t.acct.kinds["cpu"]
+        if not s.over:
+            return
+        self.enf.nice(t, "cpu")
+        if s.cycling and self.enf.level >= 2 and t.refused is None:
+            t.cycled = True
+            t.action = "throttle"
+            self.enf.count("throttle_sigstop", "cpu")
+            self.enf.duty.set(t.key, t.handle, s.fraction, now, _group(t.acct))
+
+    def _own_leaf(self, a) -> Optional[str]:
+        """a's cgroup if it is its own (capped at its own budget), not the shared one."""
+        s = a.kinds["cpu"]
+        if self.cgroup is None or s.leaf is None or s.no_cgroup or s.leaf.endswith("/shared"):
+            return None
+        return s.leaf
+
+    def _violation(self, a, total: bool) -> None:
         cfg = self.cfg
-        t.kinds["cpu"].over_since = time.monotonic()
+        t = a.first()
+        a.kinds["cpu"].over_since = time.monotonic()
         self.enf.violation("cpu", t)
         if total:
             what = f"strays together over --cpu-budget-total {cfg.cpu_budget_total:g}"
         else:
             what = f"over --cpu-budget {cfg.cpu_budget:g}"
-        self.enf.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) uses {t.use.rate or 0:.2f} cores, "
+        self.enf.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
                           f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
-    def _respond(self, t, budget: Optional[float], share: Optional[float], now: float) -> None:
-        """The configured response to a stray over budget (its own budget if over that,
-        its share of the total if over that), step by step; a stray reaper may not act
-        on is left alone from the first refusal."""
+    def _respond(self, a, budget: Optional[float], share: Optional[float], now: float) -> None:
+        """The configured response to a lineage over budget (its own budget if over that,
+        its share of the total if over that), step by step, on every member (a new one
+        at its first sample); a member reaper may not act on is left alone from the
+        first refusal."""
         enf = self.enf
-        enf.nice(t, "cpu")
-        if enf.level >= 1 and t.kinds["cpu"].autogroup_pending and t.refused is None:
-            self._renice_autogroup(t)
-        if enf.level >= 2 and t.refused is None:
-            self._throttle(t, budget, share, now)
-        if enf.level >= 3 and t.refused is None:
-            self._terminate(t, now)
+        for t in list(a.members.values()):
+            if t.action == "none":
+                t.action = "observe"
+            enf.nice(t, "cpu")
+            if enf.level >= 1 and t.refused is None and t.key not in a.kinds["cpu"].autogroup_done:
+                self._renice_autogroup(a, t)
+        if enf.level >= 2:
+            self._throttle(a, budget, share, now)
+        if enf.level >= 3:
+            self._terminate(a, now)
 
-    def _renice_autogroup(self, t) -> None:
-        s = t.kinds["cpu"]
+    def _renice_autogroup(self, a, t) -> None:
+        # Everything in an orphan's or an idle task's session is a stray: its autogroup
+        # may be reniced; not so for --stray-match.
+        s = a.kinds["cpu"]
+        if t.reason == "match":
+            s.autogroup_done.add(t.key)
+            return
         try:
             done = t.handle.autogroup_nice(19)
         except Gone:
-            s.autogroup_pending = False
+            s.autogroup_done.add(t.key)
             return
         except OSError as e:            # NotPermitted too: the file may be root's when the stray is not
             if e.errno == errno.EAGAIN:
                 return      # unprivileged: one autogroup change per 100 ms, machine-wide; next sample
-            s.autogroup_pending = False
+            s.autogroup_done.add(t.key)
             self.enf.once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
                                                  f"{e.strerror}; going on without it", "warn")
             return
-        s.autogroup_pending = False
+        s.autogroup_done.add(t.key)
         if done:
             self.enf.count("autogroup_nice", "cpu")
 
@@ -210,54 +245,148 @@ class Kind(_Kind):
             enf.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
         enf.stats.mechanism = self.mechanism
 
-    def _throttle(self, t, budget: Optional[float], share: Optional[float], now: float) -> None:
-        enf, s = self.enf, t.kinds["cpu"]
+    def _throttle(self, a, budget: Optional[float], share: Optional[float], now: float) -> None:
+        enf, s = self.enf, a.kinds["cpu"]
         self._choose_mechanism()
-        if self.cgroup is not None and not t.cycled:
-            want = "shared" if budget is None else f"s{t.key[0]}.{t.key[1]}"
-            if s.leaf is not None and os.path.basename(s.leaf) == want:
+        members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
+        if self.cgroup is not None and not s.cycling and not s.no_cgroup:
+            d = self.cgroup.leaf_dir(a.root, budget)
+            if s.leaf == d:
+                return                  # new members are put in it by escapes.hold
+            if self._move_into(a, members, budget):
                 return
-            try:
-                d = self.cgroup.leaf(t.key, budget)
-                t.handle.checked(lambda: self.cgroup.move(t.key[0], d))
-                s.leaf = d
-                t.action = "throttle"
-                enf.count("throttle_cgroup", "cpu")
-                self.cgroup.pressing(d)
-                return
-            except Gone:
-                return
-            except OSError as e:
-                enf.once("cgroup-move", f"cannot move stray {t.key[0]} into {self.cgroup.base} "
-                                        f"({e.strerror}): duty-cycling it instead", "warn")
         target = min(x for x in (budget, share) if x is not None)
-        if not t.cycled:
-            s.fraction = duty_fraction(target, t.use.demand)
-            t.cycled = True
-            t.action = "throttle"
-            enf.count("throttle_sigstop", "cpu")
+        if not s.cycling:
+            s.fraction = duty_fraction(target, a.use.demand)
+            s.cycling = True
         else:
-            s.fraction = duty_fraction(target, t.use.demand, s.fraction, t.use.last_rate())
+            s.fraction = duty_fraction(target, a.use.demand, s.fraction, a.use.last_rate())
+        for t in members:
+            if not t.cycled:
+                t.cycled = True
+                t.action = "throttle"
+                enf.count("throttle_sigstop", "cpu")
+            enf.duty.set(t.key, t.handle, s.fraction, now, _group(a))
         if enf.log.enabled(3):
-            enf.log.debug(f"stray {t.key[0]}: uses {t.use.rate or 0:.3f}, demand {t.use.demand or 0:.3f}, "
+            enf.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
-        enf.duty.set(t.key, t.handle, s.fraction, now)
 
-    def _terminate(self, t, now: float) -> None:
-        over_since = t.kinds["cpu"].over_since
+    def _move_into(self, a, members: list, budget: Optional[float]) -> bool:
+        """Moves a's members into its cgroup (its own, or the shared one); False if it
+        cannot be made or a member cannot be moved: then the lineage is duty-cycled."""
+        s = a.kinds["cpu"]
+        try:
+            d = self.cgroup.leaf(a.root, budget)
+        except OSError as e:
+            return self._no_cgroup(a, e)
+        old, s.leaf = s.leaf, d
+        a.settled.pop("cpu", None)
+        for t in members:
+            try:
+                t.handle.checked(lambda: self.cgroup.move(t.key[0], d))
+            except Gone:
+                continue
+            except OSError as e:        # NotPermitted too: another user's process
+                return self._no_cgroup(a, e)
+            t.placed["cpu"] = d
+            self.placed(t, moved=True)
+        if old is not None and old != d:
+            self.cgroup.drop_leaf(old)
+        self.cgroup.pressing(d)
+        return True
+
+    def _no_cgroup(self, a, e: OSError) -> bool:
+        a.kinds["cpu"].no_cgroup = True
+        self.enf.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup.base} "
+                                     f"({e.strerror}): duty-cycling it instead", "warn")
+        return False
+
+    def placed(self, t, moved: bool) -> None:
+        if t.action in ("none", "observe", "nice"):
+            t.action = "throttle"
+        if moved:
+            self.enf.count("throttle_cgroup", "cpu")
+
+    def _release(self, a, now: float) -> None:
+        """a is back under budget: its members are let run."""
+        s, enf = a.kinds["cpu"], self.enf
+        s.cycling = False
+        for t in a.members.values():
+            if t.cycled:
+                enf.duty.release(t.key, now)
+                t.cycled = False
+        t = a.first()
+        if t is not None:
+            enf.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+
+    def _terminate(self, a, now: float) -> None:
+        over_since = a.kinds["cpu"].over_since
         if over_since is None or now - over_since < self.cfg.budget_kill_after:
             return
-        self.enf.kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
+        for t in list(a.members.values()):
+            self.enf.kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
+
+    # --- escapes (escapes.py) -----------------------------------------------
+
+    def leaf_of(self, a) -> Optional[str]:
+        s = a.kinds["cpu"]
+        return None if s.no_cgroup or self.cgroup is None else s.leaf
+
+    def leaking(self, a) -> Optional[str]:
+        """Measured, not estimated (lineage.py): the cores of the members alive through
+        the whole last interval."""
+        own = self._own_leaf(a)
+        rates = [t.own_rate() for t in a.members.values()]
+        used = sum(r for r in rates if r is not None)
+        if own is None or self.cfg.cpu_budget is None:
+            return None
+        cap = min(self.cfg.cpu_budget, self.cgroup.total or self.cfg.cpu_budget)
+        if used <= cap * LEAK_FACTOR + LEAK_SLACK:
+            return None
+        return f"used {used:.2f} cores in its cgroup {own}, capped at {cap:g}"
+
+    def reassert(self, a) -> None:
+        own = self._own_leaf(a)
+        if own is not None:
+            try:
+                self.cgroup.leaf(a.root, self.cfg.cpu_budget)
+            except OSError:
+                pass
+
+    def give_up(self, a, why: str) -> None:
+        s = a.kinds["cpu"]
+        s.no_cgroup = True
+        for t in a.members.values():
+            t.placed.pop("cpu", None)
+            if t.action == "throttle" and not t.cycled:
+                t.action = "nice" if t.niced else "observe"     # not throttled until the duty cycle holds it
+        t = a.first()
+        if t is not None:
+            self.enf.log.warn(f"{who(t)} {why}: duty-cycled (SIGSTOP/SIGCONT) instead")
 
     # --- a stray let go -----------------------------------------------------
 
     def drop(self, t, alive: bool) -> None:
-        leaf = t.kinds["cpu"].leaf
-        if leaf is None or self.cgroup is None:
+        """t is no longer a stray: out of its lineage's cgroup (the cgroup goes with the
+        lineage's last member: retire)."""
+        t.kinds["cpu"].autogroup_done.discard(t.key)
+        leaf = t.placed.pop("cpu", None)
+        if leaf is None or self.cgroup is None or not alive:
             return
-        if alive:
-            try:
-                t.handle.checked(lambda: self.cgroup.move(t.key[0], self.cgroup.parent))
-            except (Gone, OSError):
-                pass
-        self.cgroup.drop_leaf(leaf)
+        try:
+            t.handle.checked(lambda: self.cgroup.move(t.key[0], self.cgroup.parent))
+        except (Gone, OSError):
+            pass
+
+    def retire(self, a) -> None:
+        s = a.kinds["cpu"]
+        if s.leaf is not None and self.cgroup is not None:
+            self.cgroup.drop_leaf(s.leaf)
+        s.leaf = None
+
+
+def _group(a) -> DutyCycler.Group:
+    """a's members are stopped and resumed together: their stops are the lineage's."""
+    if a.duty is None:
+        a.duty = DutyCycler.Group()
+    return a.duty

@@ -1,9 +1,11 @@
 """Memory budgets: --memory-budget (each stray), --memory-budget-total (all together).
 
 A stray is judged by what it alone holds (its private memory: Handle.private_memory),
-never by pages it shares. A stray past its --budget-grace is over --memory-budget when
-it holds more (over_each); strays holding more than --memory-budget-total together are
-over it, the biggest first until the rest fit (biggest_first).
+never by pages it shares, and a lineage (lineage.py: a stray and its descendants) by
+what its members hold together. A lineage past its --budget-grace is over
+--memory-budget when it holds more (over_each); strays holding more than
+--memory-budget-total together are over it, the biggest lineages first until the rest
+fit (biggest_first).
 
 The response: observe and nice as for CPU; throttle moves a stray, when first seen,
 into a memory cgroup of reaper's own (memory_cgroup.py) whose limit is its budget: the
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 from reaper.budgets.kinds import Kind as _Kind
+from reaper.budgets.lineage import who
 from reaper.budgets.memory_cgroup import MemoryCgroup
 from reaper.procctl import Gone
 from reaper.budgets.throttle import Unavailable
@@ -55,15 +58,16 @@ def size(n) -> str:
 # --- the kind ------------------------------------------------------------------------
 
 class State:
-    """What the memory budget keeps of one stray."""
+    """What the memory budget keeps of one lineage."""
 
-    __slots__ = ("over", "leaf", "oom0", "tried")
+    __slots__ = ("over", "leaf", "oom0", "tried", "gave_up")
 
     def __init__(self, stray) -> None:
         self.over = False
-        self.leaf: Optional[str] = None  # memory cgroup directory it was moved into
-        self.oom0 = 0                    # that leaf's OOM kills when it was moved in (leaves are reused)
+        self.leaf: Optional[str] = None  # memory cgroup directory its members are held in
+        self.oom0 = 0                    # that leaf's OOM kills already said (leaves are reused)
         self.tried = False               # its memory cgroup was decided (made, or why not)
+        self.gave_up = False             # its members kept leaving the leaf: judged by the sample only
 
 
 class Kind(_Kind):
@@ -72,51 +76,68 @@ class Kind(_Kind):
     cgroup: Optional[MemoryCgroup] = None
 
     def judge(self, now: float) -> None:
-        """Judges what each stray holds in all, inside its memory cgroup or not: the
-        cgroup caps what it allocates after the move, not what it held before."""
+        """Judges what each lineage holds in all (its members' private memory), inside its
+        memory cgroup or not: the cgroup caps what it allocates after the move, not what
+        it held before."""
         cfg, enf = self.cfg, self.enf
-        live = [t for t in enf.tracked.values() if t.use.mem is not None and t.refused is None]
+        live = [a for a in enf.lineages()
+                if any(t.use.mem is not None and t.refused is None for t in a.members.values())]
+        held = {id(a): self._held(a) for a in live}
         if enf.level == 2:
-            for t in live:
-                if not t.kinds["memory"].tried:
-                    self._confine(t)
-        past = [t for t in live if now - t.since >= cfg.budget_grace]
+            for a in live:
+                if not a.kinds["memory"].tried:
+                    self._confine(a, held[id(a)])
+        past = [a for a in live if now - a.since >= cfg.budget_grace]
         over_one, over_all = set(), set()
         if cfg.memory_budget is not None:
-            over_one = over_each({t.key: t.use.mem for t in past}, cfg.memory_budget)
+            for a in past:
+                if len(a.members) > 1 and held[id(a)] > cfg.memory_budget:
+                    held[id(a)] = self._exact(a)     # each member alone was under: its exact figure not read
+            over_one = over_each({id(a): held[id(a)] for a in past}, cfg.memory_budget)
         if cfg.memory_budget_total is not None:
-            held = sum(t.use.mem for t in live)
-            if held > cfg.memory_budget_total:
-                held = self._exact_total(live)
-            over_all = biggest_first({t.key: t.use.mem for t in past}, held, cfg.memory_budget_total)
-        for t in live:
-            s = t.kinds["memory"]
-            over = t.key in over_one or t.key in over_all
+            total = sum(held.values())
+            if total > cfg.memory_budget_total:
+                held = {id(a): self._exact(a) for a in live}
+                total = sum(held.values())
+            over_all = biggest_first({id(a): held[id(a)] for a in past}, total, cfg.memory_budget_total)
+        for a in live:
+            s = a.kinds["memory"]
+            over = id(a) in over_one or id(a) in over_all
             if over and not s.over:
+                t = a.first()
                 enf.violation("memory", t)
-                what = f"over --memory-budget {size(cfg.memory_budget)}" if t.key in over_one else \
+                what = f"over --memory-budget {size(cfg.memory_budget)}" if id(a) in over_one else \
                     f"strays together over --memory-budget-total {size(cfg.memory_budget_total)}"
-                enf.log.warn(f"stray {t.key[0]} ({t.comm}, {t.reason}) holds {size(t.use.mem)}, "
+                enf.log.warn(f"{who(t)} holds {size(held[id(a)])}{_with(a)}, "
                              f"{what}: {'terminate' if enf.level >= 2 else cfg.budget_action}")
             s.over = over
             if not over:
                 continue
-            enf.nice(t, "memory")
-            if enf.level >= 2:
-                enf.kill(t, now, "memory", f"holds {size(t.use.mem)}, over its memory budget")
+            for t in list(a.members.values()):
+                if t.action == "none":
+                    t.action = "observe"
+                enf.nice(t, "memory")
+                if enf.level >= 2:
+                    enf.kill(t, now, "memory", f"holds {size(t.use.mem)}{_with(a)}, over its memory budget")
         if self.cgroup is not None:
             self.cgroup.trim()
 
     @staticmethod
-    def _exact_total(live: list) -> int:
-        """The strays' total with each one's exact private memory (smaps_rollup), read
-        only when the cheap figures together exceed --memory-budget-total."""
-        for t in live:
-            try:
-                t.use.mem = t.handle.private_memory(exact_above=0)
-            except (Gone, OSError):
-                pass
-        return sum(t.use.mem for t in live)
+    def _held(a) -> int:
+        """What a lineage holds: its members' private memory (each one's figure, the
+        exact one read where that one alone is over the budget: Handle.private_memory)."""
+        return sum(t.use.mem for t in a.members.values() if t.use.mem is not None and t.refused is None)
+
+    def _exact(self, a) -> int:
+        """A lineage's total with each member's exact private memory (smaps_rollup), read
+        only when the cheap figures are over a budget."""
+        for t in a.members.values():
+            if t.use.mem is not None and t.refused is None:
+                try:
+                    t.use.mem = t.handle.private_memory(exact_above=0)
+                except (Gone, OSError):
+                    pass
+        return self._held(a)
 
     # --- the cap (throttle) ------------------------------------------------------------
 
@@ -136,25 +157,25 @@ class Kind(_Kind):
             enf.stats.memory_mechanism = self.mechanism
         return self.cgroup
 
-    def _confine(self, t) -> None:
-        """throttle: moves a stray, when first seen, into a memory cgroup whose limit is
-        its budget. What it held before the move stays charged where it was (charges
-        never move with a process): the cap holds what it allocates from then on, and
-        the sample judges what it holds in all (judge). A fixed limit of the whole
-        budget, never budget minus what it held: a stray that frees what it held and
-        allocates again is never killed by its cap below its budget."""
-        cfg, enf, s = self.cfg, self.enf, t.kinds["memory"]
+    def _confine(self, a, held: int) -> None:
+        """throttle: moves a lineage, when first seen, into a memory cgroup whose limit is
+        its budget (a member found later is put there by escapes.hold). What it held
+        before the move stays charged where it was (charges never move with a process):
+        the cap holds what it allocates from then on, and the sample judges what it
+        holds in all (judge). A fixed limit of the whole budget, never budget minus what
+        it held: a stray that frees what it held and allocates again is never killed by
+        its cap below its budget."""
+        cfg, enf, s = self.cfg, self.enf, a.kinds["memory"]
         s.tried = True
-        if t.use.mem is None or t.refused is not None:
-            return
+        t = a.first()
         if enf.watch:
             if self.mechanism is None:
                 self.mechanism = enf.stats.memory_mechanism = "terminate"
                 enf.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
                              "sidecar's own cgroup would be charged to the sidecar")
             return
-        if cfg.memory_budget is not None and t.use.mem >= cfg.memory_budget:
-            enf.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(t.use.mem)}, over "
+        if cfg.memory_budget is not None and held >= cfg.memory_budget:
+            enf.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(held)}, over "
                                        f"--memory-budget {size(cfg.memory_budget)}, when found: it is "
                                        "terminated when its grace is over, not capped", "warn")
             return
@@ -165,44 +186,83 @@ class Kind(_Kind):
         try:
             leaf = mc.take_leaf(cfg.memory_budget)
             oom0 = mc.oom_kills(leaf)
-            t.handle.checked(lambda: mc.move(t.key[0], leaf))
-        except Gone:
-            if leaf is not None:
-                mc.give_back(leaf)
-            return
+            moved = []
+            for m in list(a.members.values()):
+                if m.refused is not None:
+                    continue
+                try:
+                    m.handle.checked(lambda: mc.move(m.key[0], leaf))
+                except Gone:
+                    continue
+                moved.append(m)
         except OSError as e:
             if leaf is not None:
                 mc.give_back(leaf)
             enf.once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
                                     "strays over their memory budget are terminated instead", "warn")
             return
+        if not moved:
+            mc.give_back(leaf)
+            return
         s.leaf, s.oom0 = leaf, oom0
+        a.settled.pop("memory", None)
+        for m in moved:
+            m.placed["memory"] = leaf
+            self.placed(m, moved=True)
+
+    def placed(self, t, moved: bool) -> None:
         if t.action in ("none", "observe"):
             t.action = "throttle"
-        enf.count("throttle_memory_cgroup", "memory")
+        if moved:
+            self.enf.count("throttle_memory_cgroup", "memory")
+
+    # --- escapes (escapes.py) -----------------------------------------------
+
+    def leaf_of(self, a) -> Optional[str]:
+        s = a.kinds["memory"]
+        return None if s.gave_up or self.cgroup is None else s.leaf
+
+    def give_up(self, a, why: str) -> None:
+        a.kinds["memory"].gave_up = True
+        for t in a.members.values():
+            t.placed.pop("memory", None)
+        t = a.first()
+        if t is not None:
+            self.enf.log.warn(f"{who(t)} {why}: no longer capped, terminated when over its memory budget")
 
     # --- a stray let go -----------------------------------------------------
 
     def drop(self, t, alive: bool) -> None:
-        """A tracked stray's memory cgroup when it stops being one: moved back if alive;
-        if it died of the OOM killer inside, that is said and counted. The leaf goes
-        back to the pool (memory_cgroup.py), not away: a removed leaf that still holds
-        the stray's page cache would linger as a dying cgroup."""
+        """A member's memory cgroup when it stops being a stray: moved back if alive; if
+        one of its lineage died of the OOM killer inside, that is said and counted."""
         mc, s = self.cgroup, t.kinds["memory"]
+        placed = t.placed.pop("memory", None)
         if s.leaf is None or mc is None:
             return
-        if alive:
+        if alive and placed is not None:
             try:
                 t.handle.checked(lambda: mc.move(t.key[0], mc.parent))
             except (Gone, OSError):
                 pass
         # Alive or not: a stray the OOM killer chose may still be exiting (its memory
         # gone, its state not yet Z) when the sample that drops it runs.
-        if mc.oom_kills(s.leaf) > s.oom0:
+        self._said_oom(t, s)
+
+    def _said_oom(self, t, s) -> None:
+        n = self.cgroup.oom_kills(s.leaf)
+        if n > s.oom0:
+            s.oom0 = n
             self.enf.count("oom_kill", "memory")
             self.enf.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
-        mc.give_back(s.leaf)
+
+    def retire(self, a) -> None:
+        """The lineage's last member is gone: its leaf goes back to the pool
+        (memory_cgroup.py), not away: a removed leaf that still holds the strays' page
+        cache would linger as a dying cgroup."""
+        s = a.kinds["memory"]
+        if s.leaf is not None and self.cgroup is not None:
+            self.cgroup.give_back(s.leaf)
         s.leaf = None
 
     def closing(self) -> None:
@@ -210,3 +270,9 @@ class Kind(_Kind):
             # A stray the kernel's OOM killer ended since the last sample is still said.
             if t.kinds["memory"].leaf is not None and not self.enf.tracked_alive(t.key):
                 self.drop(t, alive=False)
+
+
+def _with(a) -> str:
+    """How many processes a lineage's figure covers, where more than one."""
+    n = len(a.members)
+    return f" with {n - 1} more of its lineage" if n > 1 else ""

@@ -1,0 +1,118 @@
+"""A lineage between two samples (lineage.py): what its members do that no sample sees.
+
+A member that forks and exits between two samples (a pid hop) leaves a gap: the CPU it
+burnt after its last sample, and whatever its descendants burnt before one of them is
+seen. count_unseen estimates it, once per member gone, at the speed measured last:
+never more than one interval at that speed. A duty-cycled member's CPU is read each time
+the duty cycle stops it (throttle.DutyCycler), so its last moments are mostly measured.
+
+And a duty-cycled member found gone (its stop or its resume met ESRCH) may have forked
+first: catch looks at once among reaper's children born since the last sample for its
+fork (re-parented to reaper, never exec'd, its group, session and command line: what
+lineage.Linker calls a hop) and makes it a member held like its lineage (Kind.joined),
+so a fork runs free for a duty period at most, not until the next sample.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from reaper.budgets.lineage import CLK_TCK, Tracked, boot_ticks, read_groups
+from reaper.budgets.strays import Stray
+from reaper.procctl import Handle
+from reaper.procfs.processes import read_children, read_cmdline, read_stat
+
+
+def predecessor(t: Tracked, gone: list) -> Optional[Tracked]:
+    """The member of t's lineage that vanished lately and was born last before t."""
+    before = [g for g in gone if isinstance(g, Tracked) and g.acct is t.acct and g.key[1] <= t.key[1]]
+    return max(before, key=lambda g: g.key[1]) if before else None
+
+
+def count_unseen(stats, t: Tracked) -> None:
+    """A lineage seen again in t, born since the last sample, after t.pred vanished:
+    the CPU burnt between pred's last sample and t's birth (pred's last moments, and any
+    member born and gone in between) is estimated at the speed measured last: pred's own
+    (over its last interval, else since its fork), else its lineage's over the last
+    interval, else t's since its fork. Counted in the lineage and in stats.stray_cpu_seconds."""
+    pred, t.pred = t.pred, None
+    if pred.tail_counted or pred.read_boot is None:
+        return
+    pred.tail_counted = True
+    speed = pred.own_rate()
+    if speed is None and pred.newborn:
+        speed = _speed(pred.last_cpu, pred.read_boot - pred.key[1])
+    if speed is None:
+        speed = t.acct.use.last_rate()
+    if speed is None:
+        speed = _speed(t.last_cpu, t.read_boot - t.key[1])
+    gap = max(0, t.key[1] - pred.read_boot) / CLK_TCK
+    if speed and gap:
+        t.acct.gone_cpu += speed * gap
+        stats.stray_cpu_seconds += speed * gap
+
+
+def _speed(cpu: Optional[float], ticks: int) -> Optional[float]:
+    """Cores used: cpu seconds over ticks of life (None for less than 50 ms of it)."""
+    if cpu is None or ticks < 0.05 * CLK_TCK:
+        return None
+    return cpu * CLK_TCK / ticks
+
+
+def catch(enf, lost: list) -> None:
+    """lost: (key, CPU seconds at its last stop or None, boot ticks then) of duty cycle
+    members found gone. Their last CPU is counted; the forks of those of a duty-cycled
+    lineage join it and are held at once. Reads: reaper's children, then one stat of
+    each child born since the last sample's scan and not looked at yet."""
+    now = time.monotonic()
+    gone = []
+    for key, cpu, ticks in lost:
+        t = enf.tracked.get(key)
+        if t is None:
+            continue
+        if cpu is not None and t.last_cpu is not None and cpu > t.last_cpu:
+            enf.stats.stray_cpu_seconds += cpu - t.last_cpu        # what it used to its last stop
+            t.last_cpu, t.read_boot = cpu, ticks
+        if t.groups is not None and getattr(t.kinds.get("cpu"), "cycling", False):
+            gone.append(t)
+    if not gone or enf.draining:
+        return
+    for reaper in enf.finder.reapers():
+        for pid in read_children(reaper):
+            if pid in enf.table.procs or pid in enf.hop_seen:
+                continue                     # known to this sample's table, or looked at already
+            enf.hop_seen.add(pid)
+            t = _hop_of(enf, pid, gone, now)
+            if t is not None:
+                for kind in enf.kinds:
+                    kind.joined(t, now)
+    enf.duty.step(now)                       # a new member past its run time this period stops now
+
+
+def _hop_of(enf, pid: int, gone: list, now: float) -> Optional[Tracked]:
+    """pid as a new member of the lineage of one of gone, if it is that one's fork."""
+    st = read_stat(pid)
+    if st is None or st[3] in ("Z", "X"):
+        return None
+    key = (pid, st[1])
+    groups = read_groups(*key)
+    if key in enf.tracked or groups is None or not groups[2]:
+        return None
+    cmdline = read_cmdline(pid)
+    for g in gone:
+        if g.groups[:2] == groups[:2] and g.cmdline == cmdline and key[1] >= g.seen_boot:
+            try:
+                handle = Handle(*key)
+            except OSError:                  # Gone, NotPermitted: the next sample decides
+                return None
+            t = Tracked(key, Stray(pid, key[1], st[0], st[2], cmdline, g.reason), handle, now, enf.kinds,
+                        g.acct, groups, newborn=True)
+            # Read as at its fork (0: it is new): what g burnt until then is estimated now.
+            t.seen_boot = t.read_boot = boot_ticks()
+            t.last_cpu, t.pred = 0.0, g
+            count_unseen(enf.stats, t)
+            enf.tracked[key] = t
+            enf.stats.strays_seen += 1
+            enf.log.debug(f"stray {pid} ({t.comm}): {t.reason}, lineage of {g.acct.root[0]} (hop, at once)")
+            return t
+    return None

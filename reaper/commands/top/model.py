@@ -1,0 +1,239 @@
+"""What ``reaper top`` shows, made from one fetch of the endpoint (stats.fetch_samples)
+and, where ``reaper top`` runs in the PID namespace of the reaper it shows (the usual
+``kubectl exec``), from /proc: the main child's pid, command, state and age, and why
+each stray is one (the budget enforcer's own Finder, reaper/budgets/strays.py, with
+the REAPER_STRAY_MATCH, REAPER_PROTECT and REAPER_NO_RAY_AWARE reaper reads).
+
+Everything here is hostile input (a page, a process's name and command line): it is
+kept as text, shown through text.display, never as markup.
+"""
+import os
+
+from reaper.commands import stats
+from reaper.text import display
+
+SORTS = {"c": "cpu", "m": "memory", "p": "pid", "a": "age"}
+SAME_START = 2.0        # seconds: reaper's start on the page and in /proc agree within this
+MAX_HUNG = 4            # fetch threads left behind (stats._fetch gives up on them) before a pause
+
+
+class Frame:
+    """One screen's content; view is None when nothing was ever read."""
+
+    def __init__(self) -> None:
+        self.view = None
+        self.error = ""
+        self.head = ""
+        self.main = ""
+        self.zombies = ""
+        self.parents: list = []         # (name, pid, count)
+        self.strays: list = []          # dicts: pid name reason action cpu memory age
+        self.services: list = []        # (name, state, starts, up)
+        self.cores: list = []           # (cpu, busy, saturated seconds, streak, longest): None unknown
+        self.counts = ""
+        self.local = False
+        self.node = False               # reaper node: no processes of its own, no strays
+
+
+class Source:
+    """The endpoint, fetched once per frame; the last good page is kept across a
+    failed fetch (its error shown)."""
+
+    def __init__(self, url: str, timeout: float, environ=None) -> None:
+        self.url = stats.endpoint(url)
+        self.timeout = timeout
+        self.environ = os.environ if environ is None else environ
+        self.samples = None
+        self.sort = "cpu"
+        self.finder = None
+
+    def frame(self, now: float) -> Frame:
+        f = Frame()
+        hung = _hung_fetches()
+        if hung >= MAX_HUNG:        # a server that drips: its fetches outlive their timeout
+            f.error = f"{hung} fetches of {display(self.url)} still hang: not fetching again until one ends"
+        else:
+            try:
+                self.samples = stats.fetch_samples(self.url, self.timeout)
+            except stats.Unreadable as e:
+                f.error = str(e)
+        if self.samples is None:
+            return f
+        v = f.view = stats.View(self.samples)
+        fill(f, v, now, self.sort)
+        try:
+            local = self.local(v)
+        except Exception as e:          # /proc read fails or changes under us: the page alone
+            local, f.error = None, f.error or f"cannot read /proc: {e!r}"
+        if local is not None:
+            add_local(f, local, now, self.sort)
+        return f
+
+    def local(self, v) -> "dict | None":
+        """The reaper on the page seen in this /proc (the same pid, started within
+        SAME_START of its start time), with its processes; None otherwise."""
+        pid, start = v.get("reaper_pid"), v.get("reaper_start_time_seconds")
+        if not stats._known(pid) or not stats._known(start) or pid < 1:
+            return None
+        from reaper.procfs import processes
+
+        table = processes.scan()
+        me = table.get(int(pid))
+        boot = _boot_time()
+        if me is None or boot is None or abs(boot + me.started - start) > SAME_START:
+            return None
+        return {"pid": int(pid), "table": table, "boot": boot, "services": len(f_services(v)),
+                "watch": stats.role(v) == "watch"}
+
+
+def _hung_fetches() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name == "fetch" and t.is_alive())
+
+
+def f_services(v) -> list:
+    return list(dict.fromkeys(s.labels.get("service", "") for s in v.rows("reaper_service_starts_total")))
+
+
+def _boot_time() -> "float | None":
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f.read(1 << 20).splitlines():
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def fill(f: Frame, v, now: float, sort: str) -> None:
+    """The frame's parts that come from the page."""
+    info = (v.rows("reaper_build_info") or [None])[0]
+    version = info.labels.get("version", "?") if info else "?"
+    phase = [k for k, n in v.by("reaper_phase", "phase").items() if stats._on(n)]
+    f.head = (f"reaper {version} ({stats.role(v)}), pid {stats._n(v.get('reaper_pid'))}, "
+              f"{stats.lifetime(v, now=now)}" + (f", phase {phase[0]}" if phase else ""))
+    state = [k for k, n in v.by("reaper_main_child_state", "state").items() if stats._on(n)]
+    if v.rows("reaper_main_child_state"):
+        f.main = state[0] if state else "none (pause mode)"
+        code = v.get("reaper_main_child_exit_code")
+        if code is not None:
+            f.main += f", exit code {stats._n(code)}"
+    f.node = stats.role(v) == "node"
+    if f.node and v.get("reaper_pid") is None:      # reaper node exports neither pid nor start
+        f.head = f"reaper {version} (node)"
+    f.zombies = stats._n(v.get("reaper_node_zombies" if f.node else "reaper_zombies"))
+    f.parents = sorted(((s.labels.get("parent_name", ""), s.labels.get("parent_pid", ""), s.value)
+                        for s in v.rows("reaper_zombies_by_parent")), key=lambda p: -_num(p[2]))
+    f.counts = stats.processes(v)
+    f.strays = _page_strays(v)
+    _sort(f.strays, sort)
+    parts = v.split("service")
+    for name in f_services(v):
+        sv = parts.get(name) or stats.View([])
+        st = [k for k, n in sv.by("reaper_service_state", "state").items() if stats._on(n)]
+        since = sv.get("reaper_service_start_time_seconds")
+        up = stats._dur(now - since) if since is not None and stats._on(sv.get("reaper_service_up")) else "-"
+        f.services.append((name, st[0] if st else "?", sv.get("reaper_service_starts_total"), up))
+    f.cores = _cores(v)
+
+
+def _num(x) -> float:
+    return x if stats._known(x) else 0.0
+
+
+def _page_strays(v) -> list:
+    """The strays the page names (the busiest and the largest, with the action on each)."""
+    rows: dict = {}
+    for metric, field in (("reaper_stray_cpu_cores", "cpu"), ("reaper_stray_memory_bytes", "memory")):
+        for s in v.rows(metric):
+            pid = s.labels.get("pid", "")
+            d = rows.setdefault(pid, {"pid": pid, "name": s.labels.get("name", ""), "reason": "?",
+                                      "action": s.labels.get("action", ""), "cpu": None, "memory": None,
+                                      "age": None})
+            d[field] = s.value
+    return list(rows.values())
+
+
+def _cores(v) -> list:
+    """Per core, the busiest first: (cpu, busy ratio, seconds saturated in all, the
+    current saturation streak, the longest within the window). reaper with
+    --node-metrics per-core has the first two; reaper node the streaks."""
+    busy = v.by("reaper_node_cpu_busy_ratio", "cpu")
+    total = v.by("reaper_node_cpu_saturated_seconds_total", "cpu")
+    streak = v.by("reaper_node_cpu_saturation_streak_seconds", "cpu")
+    longest = v.by("reaper_node_cpu_saturation_streak_max_seconds", "cpu")
+    cpus = set(busy) | set(streak) | set(longest)
+    rows = [(c, busy.get(c), total.get(c), streak.get(c), longest.get(c)) for c in cpus]
+    rows.sort(key=lambda r: (-_num(r[3]), -_num(r[1]), -_num(r[4]), -_num(r[2]), len(r[0]), r[0]))
+    return rows
+
+
+def _sort(strays: list, by: str) -> None:
+    def key(d):
+        if by == "pid":
+            return int(d["pid"]) if str(d["pid"]).isdigit() else 0
+        value = d.get(by)
+        return -(value if stats._known(value) else -1.0)
+    strays.sort(key=key)
+
+
+def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
+    """The main child and the strays' reasons, from this /proc."""
+    from reaper.procfs import processes
+
+    f.local = True
+    table, me, boot = local["table"], local["pid"], local["boot"]
+    children = sorted((p for p in table.values() if p.ppid == me and p.state != "Z"), key=lambda p: p.start)
+    # The services start first, then the main child: reaper's k+1 oldest children (k
+    # services), the main child the last of them while no service was restarted.
+    kept = children[:1 + local["services"]]
+    restarted = any(not stats._known(starts) or starts != 1 for _, _, starts, _ in f.services)
+    main = kept[-1] if kept and f.main.startswith("running") and not restarted else None
+    if main is not None:
+        cmd = processes.read_cmdline(main.pid) or f"[{main.comm}]"
+        head, sep, rest = cmd.partition(" ")
+        cmd = os.path.basename(head) + sep + rest          # python3, not its whole path
+        f.main = (f"pid {main.pid}, {_STATES.get(main.state, main.state)}, up {stats._dur(now - boot - main.started)}"
+                  f": {display(cmd)}")
+    found = _find(local, kept, main)
+    by_pid = {str(d["pid"]): d for d in f.strays}
+    for s in found.values():
+        d = by_pid.get(str(s.pid))
+        if d is None:
+            d = by_pid[str(s.pid)] = {"pid": str(s.pid), "name": s.comm, "action": "", "cpu": None,
+                                      "memory": None}
+            f.strays.append(d)
+        d["reason"] = {"ray-idle": "below idle Ray worker", "match": "matched"}.get(s.reason, s.reason)
+        d["name"] = s.comm or d["name"]
+        proc = table.get(s.pid)
+        d["age"] = now - boot - proc.started if proc else None
+    _sort(f.strays, sort)
+
+
+_STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
+           "I": "idle"}
+
+
+class _Scope:
+    def __init__(self, pid: int, main, kept: list, watch: bool) -> None:
+        self.pid = pid
+        self.is_pid1 = pid == 1
+        self.main_pid = main.pid if main is not None else None
+        self.supervised = {p.pid for p in kept}
+        self.watch = watch
+        self.phase = "running"
+
+
+def _find(local: dict, kept: list, main) -> dict:
+    from reaper import options
+    from reaper.budgets.strays import Finder
+    from reaper.procfs.processes import ProcTable, children_index
+
+    rows = tuple(o for o in options.OPTIONS if o.dest in ("stray_match", "protect", "ray_aware"))
+    cfg = options.configure([], rows, os.environ)
+    pt = ProcTable()
+    pt.procs = local["table"]
+    pt.children = children_index(pt.procs.values())
+    return Finder(cfg, _Scope(local["pid"], main, kept, local["watch"])).find(pt)

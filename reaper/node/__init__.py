@@ -1,0 +1,18 @@
+"""``reaper node``'s detector (docs/reaper-node.md): what a node does to the jobs on it,
+read-only from the host's /proc and /sys, one module per concern:
+
+    streaks.py     saturation streaks per core, by the mode that dominated them
+    culprits.py    while a core is saturated: the processes with most system time
+    cgroups.py     live and dying memory cgroups (v1 and v2), who holds the dying ones
+    pressure.py    pressure stall information (/proc/pressure/*)
+    softnet.py     per-core softnet drops and time squeezes (/proc/net/softnet_stat)
+    interrupts.py  interrupts per core (/proc/interrupts)
+    zombies.py     the host's zombies by cgroup
+    monitor.py     the sampler that runs them at one sample a second
+    collector.py   the Prometheus families
+    diagnose.py    the report of ``--diagnose``
+
+Everything a process controls (its name, its cgroup path) is text for a label or a
+line, bounded and shown on one line, never a path opened or a pattern matched.
+Nothing here writes, signals or moves anything.
+"""

@@ -1,0 +1,147 @@
+"""The sampler of ``reaper node``: one sample a second of the per-core CPU (its streaks),
+the per-process scan while a core is saturated, and at longer intervals the memory
+cgroups, the holders of dying ones and the zombies. Run from reaper node's loop (its
+main thread); the collector and the report read what it keeps, whole objects replaced
+at each sample (the scrape runs in the HTTP server's thread).
+"""
+from __future__ import annotations
+
+import time
+
+from reaper.node import cgroups, culprits, streaks, zombies
+from reaper.nodestats import CpuSampler
+
+SAMPLE_INTERVAL = 1.0
+CGROUP_INTERVAL = 10.0      # live directories walked, /proc/cgroups or cgroup.stat read
+HOLDERS_INTERVAL = 30.0     # the v2 walk down to the holders of dying cgroups
+ZOMBIE_INTERVAL = 30.0      # one pass over proc/*/stat
+HELD_MAX = 64               # processes remembered as having held saturated cores
+HELD_MIN = 0.05             # seconds of system time below which a process held nothing worth a name
+
+
+class Held:
+    """A process's system time summed over the scans that named it."""
+
+    __slots__ = ("pid", "comm", "cpu", "cgroup", "seconds", "peak")
+
+    def __init__(self, c: culprits.Culprit) -> None:
+        self.pid, self.comm, self.cpu, self.cgroup = c.pid, c.comm, c.cpu, c.cgroup
+        self.seconds = 0.0
+        self.peak = 0.0             # its highest share of one core
+
+
+def describe(c) -> str:
+    """One culprit (Culprit or Held) for a log line."""
+    share = f", {c.ratio:.0%} of a core" if hasattr(c, "ratio") else f", {c.seconds:.1f} s system time"
+    where = f" on cpu{c.cpu}" if c.cpu >= 0 else ""
+    return f"{c.comm} (pid {c.pid}{where}{share}, cgroup {c.cgroup or '?'})"
+
+
+class Monitor:
+    def __init__(self, proc: str, sys: str, threshold: float, window: float, log, clock=time.monotonic) -> None:
+        self.proc, self.sys, self.window, self.log, self.clock = proc, sys, window, log, clock
+        self.cpu = CpuSampler(proc)             # raises OSError: no proc/stat
+        self.streaks = streaks.Streaks(threshold, window)
+        self.kernel = culprits.KernelTime(proc, clock=clock)
+        self.hier = cgroups.hierarchies(sys)
+        self.growth = cgroups.Growth(window)
+        self.memory = None          # cgroups.MemoryCgroups
+        self.first_memory = None    # the first count (the report's growth)
+        self.holders: list = []     # [(cgroup, dying below it)]
+        self.zombies = None         # zombies.Zombies
+        self.top: list = []         # the last attribution (Culprit), kept for the window
+        self.top_at = None
+        self.held: dict = {}        # pid -> Held, over the whole run (bounded)
+        self.episode: dict = {}     # pid -> Held, while some core is saturated
+        self.signalled: set = set() # cores whose ongoing streak was logged as a signature
+        self.ended: list = []       # completed streaks of the run, the longest kept (the report)
+        self.samples = 0
+        self._due = {"memory": 0.0, "holders": 0.0, "zombies": 0.0}
+        self.failed: set = set()
+
+    # --- one sample --------------------------------------------------------------
+
+    def sample(self, now: float) -> None:
+        self.samples += 1
+        if self._guard("per-core CPU", self.cpu.sample) is False:
+            self.cpu.ratios, self.cpu.seconds = {}, {}      # stale ratios would look live
+        for s in self.streaks.update(now, self.cpu.ratios, self.cpu.seconds):
+            self._ended(s)
+        if self.streaks.ongoing:
+            self._attribute(now)
+        else:
+            self.kernel.reset()
+            self.episode = {}
+        if self.top_at is not None and now - self.top_at > self.window:
+            self.top, self.top_at = [], None
+        self._periodic(now)
+
+    def _attribute(self, now: float) -> None:
+        top = self.kernel.scan()
+        if top:
+            self.top, self.top_at = top, now
+        for c in top:
+            for table in (self.held, self.episode):
+                h = table.get(c.pid)
+                if h is None:
+                    h = table[c.pid] = Held(c)
+                h.cpu, h.seconds, h.peak = c.cpu, h.seconds + c.seconds, max(h.peak, c.ratio)
+            _bound(self.held)
+        for s in self.streaks.now_ongoing(now):
+            if s.cpu not in self.signalled and s.seconds >= streaks.SIGNATURE_SECONDS and s.in_kernel:
+                self.signalled.add(s.cpu)
+                named = "; ".join(describe(c) for c in top) or "none named yet (a pass over many processes " \
+                    "takes several samples; softirq and irq time is no process's)"
+                self.log.warn(f"cpu{s.cpu} saturated for {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
+                              f"kernel time: {named}")
+
+    def _ended(self, s: streaks.Streak) -> None:
+        self.ended.append(s)
+        if len(self.ended) > 2 * HELD_MAX:
+            self.ended = sorted(self.ended, key=lambda x: -x.seconds)[:HELD_MAX]
+        if s.cpu in self.signalled:
+            self.signalled.discard(s.cpu)
+            held = sorted((h for h in self.episode.values() if h.seconds >= HELD_MIN),
+                          key=lambda h: -h.seconds)[:culprits.TOP]
+            named = "; ".join(describe(h) for h in held) or "none named"
+            self.log.warn(f"cpu{s.cpu} saturation ended after {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
+                          f"kernel time over it: {named}")
+
+    def _periodic(self, now: float) -> None:
+        if now >= self._due["memory"]:
+            self._due["memory"] = now + CGROUP_INTERVAL
+            m = self._guard("memory cgroups", cgroups.memory_cgroups, self.proc, self.sys, self.hier) or None
+            self.memory = m
+            if m is not None:
+                self.first_memory = self.first_memory or m
+                self.growth.add(now, m.dying)
+        if now >= self._due["holders"]:
+            self._due["holders"] = now + HOLDERS_INTERVAL
+            if self.hier.v2 is not None:
+                self.holders = self._guard("dying cgroup holders", cgroups.holders, self.hier.v2,
+                                           self.hier.v2_memory) or []
+        if now >= self._due["zombies"]:
+            self._due["zombies"] = now + ZOMBIE_INTERVAL
+            self.zombies = self._guard("zombies", zombies.count_zombies, self.proc) or None
+
+    def _guard(self, name: str, fn, *args):
+        """fn(*args); a failure (a file gone under --proc, or a bug: the readers return None
+        for what they cannot read) is one warning, and False."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            if name not in self.failed:
+                self.failed.add(name)
+                self.log.warn(f"node: reading {name} failed ({e!r}): left out while it fails")
+            return False
+
+    def refresh(self, now: float) -> None:
+        """The periodic reads now (the report's last figures)."""
+        self._due = dict.fromkeys(self._due, 0.0)
+        self._periodic(now)
+
+
+def _bound(table: dict) -> None:
+    if len(table) > HELD_MAX:
+        for pid, _ in sorted(table.items(), key=lambda kv: kv[1].seconds)[:len(table) - HELD_MAX]:
+            del table[pid]

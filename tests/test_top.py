@@ -1,0 +1,223 @@
+"""`reaper top`: the live view of a running reaper, driven in a real terminal (tmux: a
+pane of 80x24, read with capture-pane, keys sent with send-keys), against a real
+reaper as PID 1 with a stray and a zombie; its one frame over a pipe; without rich."""
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from conftest import REAPER, require, wait_for
+from metrics_helpers import start_with_metrics, wait_scrape, write_script
+
+SCENE = """
+import os, subprocess, sys, time
+d = sys.argv[1]
+# The stray: an orphan (its parent exits at once), asleep.
+subprocess.run(["sh", "-c", "(exec sleep 300 &)"])
+# The zombie: a child of the one below, never waited for.
+parent = subprocess.Popen([sys.executable, "-c",
+                           "import os, time\\nif os.fork() == 0: os._exit(0)\\ntime.sleep(300)"])
+open(os.path.join(d, "ready"), "w").close()
+time.sleep(300)
+"""
+
+
+class Tmux:
+    """A tmux server of this test's own (-L: its socket), killed at the end."""
+
+    def __init__(self) -> None:
+        self.sock = f"reaper-top-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.name = "top"
+
+    def __call__(self, *args) -> str:
+        out = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0, (args, out.stderr)
+        return out.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", self.name)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def tmux():
+    require("tmux", shutil.which("tmux") is not None, "apt-get install tmux (.ci/apt-packages)")
+    t = Tmux()
+    yield t
+    t.close()
+
+
+def _scene(reaper, tmp_path):
+    """A reaper (PID 1) whose main child left a stray (an orphan, observed after its
+    age limit) and holds a zombie; (reaper, port, the stray's pid, the zombie's parent's
+    pid), pids as reaper's namespace sees them."""
+    r, port = start_with_metrics(reaper, [*write_script(tmp_path, "scene.py", SCENE), str(tmp_path)],
+                                 ["--stray-max-age", "0.5", "--budget-action", "observe",
+                                  "--budget-interval", "0.2"])
+    s = wait_scrape(port, lambda s: s.value("reaper_zombies") == 1 and
+                    any(x.labels["action"] == "observe" for x in s.samples("reaper_stray_cpu_cores")),
+                    "the zombie and the observed stray")
+    stray = [x.labels["pid"] for x in s.samples("reaper_stray_cpu_cores")]
+    parent = [x.labels["parent_pid"] for x in s.samples("reaper_zombies_by_parent")]
+    assert len(stray) == 1 and len(parent) == 1, (stray, parent)
+    return r, port, stray[0], parent[0]
+
+
+def test_top_in_a_terminal_shows_the_stray_and_the_zombie_and_quits_on_q(reaper, tmp_path, tmux):
+    require("rich", _has_rich(), "pip install 'reaper-init[top]'")
+    r, port, stray, parent = _scene(reaper, tmp_path)
+    # In reaper's PID namespace, as kubectl exec would be: nsenter into the main child's.
+    inside = ["nsenter", "-t", str(r.main_child()), "-p", "-m", REAPER, "top", "--url", f"127.0.0.1:{port}"]
+    tmux("new-session", "-d", "-s", tmux.name, "-x", "80", "-y", "24", "sh", "-c",
+         " ".join(inside) + "; echo top-exited-$?; sleep 60")
+
+    def shown():
+        text = tmux.screen()
+        return text if f" {stray} " in text and "orphan" in text and "observe" in text else None
+    screen = wait_for(shown, 20, 0.1, what="the stray on reaper top's screen")
+    (tmp_path / "screen.txt").write_text(screen)
+    lines = screen.splitlines()
+    assert len(lines) <= 24 and max(len(ln) for ln in lines) <= 80
+    assert lines[0].startswith("reaper ") and "(init), pid 1, up " in lines[0]
+    assert any(ln.startswith("main child  pid ") and "sleeping" in ln and ": python3 /" in ln for ln in lines), screen
+    row = [ln for ln in lines if ln.split()[:1] == [stray]]
+    assert row and "sleep" in row[0] and "orphan" in row[0] and "observe" in row[0], screen
+    assert f"zombies     1, by parent: python3[{parent}] 1" in screen or \
+        f"[{parent}] 1" in screen, screen
+    tmux("send-keys", "-t", tmux.name, "p")          # sort by pid: at once, not at the next refresh
+    wait_for(lambda: "sorted by pid" in tmux.screen(), 5, 0.05, what="the sort key")
+    tmux("send-keys", "-t", tmux.name, "q")
+    done = wait_for(lambda: "top-exited-" in tmux.screen() and tmux.screen(), 10, 0.05, what="reaper top to quit")
+    assert "top-exited-0" in done, done
+
+
+def test_top_over_a_pipe_prints_one_frame(reaper, tmp_path):
+    require("rich", _has_rich(), "pip install 'reaper-init[top]'")
+    r, port, stray, parent = _scene(reaper, tmp_path)
+    out = subprocess.run([REAPER, "top", "--url", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                         timeout=30, env={**os.environ, "COLUMNS": "80"})
+    assert out.returncode == 0 and out.stderr == "", out
+    assert out.stdout.startswith("reaper ") and f"[{parent}] 1" in out.stdout, out.stdout
+    assert any(ln.split()[:1] == [stray] for ln in out.stdout.splitlines()), out.stdout
+    assert max(len(ln) for ln in out.stdout.splitlines()) <= 80
+
+
+def test_top_without_rich_says_how_to_install_it(tmp_path):
+    """rich made unimportable (a package of that name that fails, first on the path)."""
+    (tmp_path / "rich").mkdir()
+    (tmp_path / "rich" / "__init__.py").write_text("raise ImportError('no rich here')\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}".rstrip(":")}
+    out = subprocess.run([REAPER, "top", "--url", "127.0.0.1:1"], capture_output=True, text=True, timeout=30,
+                         env=env)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr == "reaper top: needs the rich library: pip install 'reaper-init[top]'\n", out.stderr
+
+
+def test_top_cannot_fetch_is_one_line(tmp_path):
+    require("rich", _has_rich(), "pip install 'reaper-init[top]'")
+    out = subprocess.run([REAPER, "top", "--url", "127.0.0.1:1", "--timeout", "2"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 1 and out.stdout == "", out
+    assert out.stderr.startswith("reaper top: cannot fetch http://127.0.0.1:1/metrics") and \
+        out.stderr.count("\n") == 1, out.stderr
+
+
+def _has_rich() -> bool:
+    from conftest import importable
+
+    return importable("rich")
+
+
+def test_only_the_screen_imports_rich():
+    """PID 1 never imports rich: only reaper/commands/top/screen.py names it, and only
+    `reaper top` (reaper.commands) loads that package."""
+    import ast
+    from pathlib import Path
+
+    import reaper
+
+    root = Path(reaper.__file__).parent
+    users, loaders = set(), set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            rel = str(path.relative_to(root.parent))
+            if any(n == "rich" or n.startswith("rich.") for n in names):
+                users.add(rel)
+            if any(n.startswith("reaper.commands.top") for n in names) or \
+                    (isinstance(node, ast.ImportFrom) and node.module == "reaper.commands" and
+                     any(a.name == "top" for a in node.names)):
+                loaders.add(rel)
+    assert users == {"reaper/commands/top/screen.py"}, users
+    assert {p for p in loaders if not p.startswith("reaper/commands/top/")} == {"reaper/commands/__init__.py"}
+
+
+def test_top_ends_on_ctrl_c_with_130_and_gives_the_terminal_back(reaper, tmp_path, tmux):
+    require("rich", _has_rich(), "pip install 'reaper-init[top]'")
+    r, port, stray, parent = _scene(reaper, tmp_path)
+    tmux("new-session", "-d", "-s", tmux.name, "-x", "80", "-y", "24", "sh", "-c",
+         f"trap : INT; {REAPER} top --url 127.0.0.1:{port}; echo top-exited-$?; "
+         "stty -a | grep -o ' -\\?icanon'; sleep 60")
+    wait_for(lambda: "strays 1" in tmux.screen(), 20, 0.1, what="reaper top's screen")
+    tmux("send-keys", "-t", tmux.name, "C-c")        # SIGINT to the pane's foreground group (sh traps it)
+    done = wait_for(lambda: "top-exited-" in tmux.screen() and tmux.screen(), 10, 0.05, what="reaper top to end")
+    assert "top-exited-130" in done, done
+    assert " icanon" in done and " -icanon" not in done, done        # the terminal's modes restored
+    assert "reaper " not in done.split("top-exited-")[0], done          # the screen restored (alternate screen left)
+
+
+def test_top_stays_responsive_against_an_endpoint_that_drips(tmp_path, tmux):
+    """A server that answers a byte at a time, each within the timeout, never the whole:
+    each fetch is given up after --timeout, the ones left hanging are bounded (no new
+    fetch while 4 hang), the screen says so, and q still quits."""
+    import socket
+    import threading
+    import time
+
+    require("rich", _has_rich(), "pip install 'reaper-init[top]'")
+    stop = threading.Event()
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(0.2)
+    conns = []
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            conns.append(c)
+            threading.Thread(target=drip, args=(c,), daemon=True).start()
+
+    def drip(c):
+        try:
+            c.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+            while not stop.wait(0.1):
+                c.sendall(b"#")
+        except OSError:
+            pass
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        port = srv.getsockname()[1]
+        tmux("new-session", "-d", "-s", tmux.name, "-x", "80", "-y", "24", "sh", "-c",
+             f"{REAPER} top --url 127.0.0.1:{port} --timeout 0.3 --interval 0.1; echo top-exited-$?; sleep 60")
+        wait_for(lambda: f"4 fetches of http://127.0.0.1:{port}/metrics still hang" in tmux.screen(), 20, 0.1,
+                 what="the hung fetches said")
+        accepted = len(conns)
+        time.sleep(1.0)                 # no event to await: that nothing more is fetched is the point
+        assert len(conns) <= accepted + 1, (accepted, len(conns))
+        tmux("send-keys", "-t", tmux.name, "q")
+        done = wait_for(lambda: "top-exited-" in tmux.screen() and tmux.screen(), 10, 0.05, what="q")
+        assert "top-exited-0" in done, done
+    finally:
+        stop.set()
+        srv.close()
+        for c in conns:
+            c.close()
