@@ -180,7 +180,8 @@ def test_a_hopping_stray_is_held_to_its_budget(reaper, tmp_path, mechanism):
     time.sleep(3)                                            # the cap or the duty cycle settles
     rate, control = lineage_rate_with_control(out, 8.0)
     assert rate <= 0.2 * 1.25, f"the lineage used {rate:.3f} cores, budget 0.2"
-    assert rate >= 0.2 * 0.5 * min(1.0, control), f"{rate:.3f} cores (an unthrottled loop got {control:.3f})"
+    # Held, not stopped for good (a floor well under the budget: the duty cycle's share of a busy host).
+    assert rate >= 0.2 * 0.25 * min(1.0, control), f"{rate:.3f} cores (an unthrottled loop got {control:.3f})"
     if mechanism == "cgroup_v1":
         held = _cgroups_of(tag)
         assert held and all("/reaper-strays." in c and c.rsplit("/", 1)[1].startswith("s") for c in held), held

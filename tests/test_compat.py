@@ -610,13 +610,18 @@ def test_watch_grace_sets_the_delay_between_terminates_sigterm_and_sigkill(tmp_p
 def test_help_keeps_every_flag_apart_from_its_text():
     p = subprocess.run([REAPER, "--help"], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0
-    rows = [l for l in p.stdout.splitlines() if l.startswith("  ") and l.lstrip().startswith("-")]
+    lines = p.stdout.splitlines()
+    rows = [l for l in lines if l.startswith("  ") and l.lstrip().startswith("-")]
     assert len(rows) > 30
     for row in rows:
         flag, sep, text = row.strip().partition("  ")
-        assert sep and text.strip() and not text.startswith(" " * 40), row
-    assert any("--budget-kill-after SECONDS  " in r for r in rows)
-    verbose = next(r for r in rows if "--verbose" in r)
+        if not sep:                  # a flag too wide for its column: its text starts on the next line
+            after = lines[lines.index(row) + 1]
+            assert after.startswith(" " * 20) and after.strip() and not after.lstrip().startswith("-"), row
+            continue
+        assert text.strip() and not text.startswith(" " * 40), row
+    assert any(r.strip() == "--budget-kill-after SECONDS" for r in rows)
+    verbose = p.stdout.split("--verbose", 1)[1].split("\n  -", 1)[0]
     assert "-vv debug" in verbose and "is the default" not in verbose
     assert any(r.strip().startswith("-q, --quiet") for r in rows)
     assert any(r.strip().startswith("-l, --license") for r in rows)
