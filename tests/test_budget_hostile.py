@@ -183,7 +183,8 @@ def test_a_hopping_stray_is_held_to_its_budget(reaper, tmp_path, mechanism):
     # Held, not stopped for good (a floor well under the budget: the duty cycle's share of a busy host).
     assert rate >= 0.2 * 0.25 * min(1.0, control), f"{rate:.3f} cores (an unthrottled loop got {control:.3f})"
     if mechanism == "cgroup_v1":
-        held = _cgroups_of(tag)
+        # Read while a member lives: between a hop's fork and its parent's exit the list may be empty.
+        held = wait_for(lambda: _cgroups_of(tag), 5, 0.01, what="a live member of the lineage")
         assert held and all("/reaper-strays." in c and c.rsplit("/", 1)[1].startswith("s") for c in held), held
     burnt, hops = recorded(out)
     r.send(signal.SIGTERM)

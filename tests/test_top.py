@@ -165,7 +165,9 @@ def test_top_ends_on_ctrl_c_with_130_and_gives_the_terminal_back(reaper, tmp_pat
          "stty -a | grep -o ' -\\?icanon'; sleep 60")
     wait_for(lambda: "strays 1" in tmux.screen(), 20, 0.1, what="reaper top's screen")
     tmux("send-keys", "-t", tmux.name, "C-c")        # SIGINT to the pane's foreground group (sh traps it)
-    done = wait_for(lambda: "top-exited-" in tmux.screen() and tmux.screen(), 10, 0.05, what="reaper top to end")
+    # The shell's stty line follows top's end: wait for it too.
+    done = wait_for(lambda: (lambda sc: "top-exited-" in sc and "icanon" in sc.split("top-exited-", 1)[1] and sc)(
+        tmux.screen()), 10, 0.05, what="reaper top to end and stty to answer")
     assert "top-exited-130" in done, done
     assert " icanon" in done and " -icanon" not in done, done        # the terminal's modes restored
     assert "reaper " not in done.split("top-exited-")[0], done          # the screen restored (alternate screen left)
