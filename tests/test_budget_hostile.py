@@ -196,8 +196,9 @@ def test_a_hopping_stray_is_held_to_its_budget(reaper, tmp_path, mechanism):
     else:
         assert s["budget_actions"]["throttle_sigstop"] >= 2, s        # its forks joined the duty cycle
     assert s["stray_cgroup_escapes"] == 0, s
-    # Its CPU is counted though few pids lived to a second sample (main: 0.0).
-    assert 0.5 * burnt <= s["stray_cpu_seconds"] <= 1.5 * burnt + 0.5, (s["stray_cpu_seconds"], burnt, hops)
+    # Its CPU is counted though few pids lived to a second sample (main: 0.0); not all of
+    # it: a member born and gone between two samples is never read (docs/budgets.md).
+    assert 0.3 * burnt <= s["stray_cpu_seconds"] <= 1.5 * burnt + 0.5, (s["stray_cpu_seconds"], burnt, hops)
 
 
 @pytest.mark.parametrize("term", ["default", "ignore-term"])
