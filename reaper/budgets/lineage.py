@@ -44,6 +44,8 @@ import time
 from collections import deque
 from typing import Optional
 
+from reaper.procfs.processes import stat_fields
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -59,17 +61,10 @@ def read_groups(pid: int, start: int) -> Optional[tuple]:
     """(process group, session, forked but not exec'd since) of pid if it is still the
     process that started at start; None if gone or unreadable. One short read of
     /proc/PID/stat (fields 5, 6 and the task flags, 9)."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-    except OSError:
+    st = stat_fields(pid, maxsplit=21)
+    if st is None:
         return None
-    try:
-        data = os.read(fd, 2048)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    f = data[data.rfind(b")") + 2:].split(b" ", 21)
+    f = st[1]
     try:
         if int(f[19]) != start:
             return None
