@@ -51,9 +51,10 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, exporter=None, inherited
         # Orphans are counted in C, unless each one must be seen (-w, debug log).
         # Not PID 1, the main child's stops are seen too (job control follows them).
         waiter.watch(main_pid, cfg.warn_on_reap or cfg.verbosity >= 3, bool(main_pid) and os.getpid() != 1)
-        # The CPU times of reaped children feed only the metrics (stats exists before
-        # the spawn only with metrics): without them the C core reaps without rusage.
-        waiter.without_rusage(stats is None)
+        # The CPU times of reaped children feed the metrics (stats exists before the
+        # spawn only with metrics) and the budgets (budgets/reaped.py): without either
+        # the C core reaps without rusage.
+        waiter.without_rusage(stats is None and not cfg.budgets_enabled)
         # Forwarding before the first wait: a signal queued since the spawn goes out with it.
         forwarding = forward_table(cfg.rewrite)
         waiter.forward(main_pid, cfg.process_group, forwarding)

@@ -111,6 +111,7 @@ def _protect_from_oom(log) -> None:
 
 
 def _enforcer(cfg, log, stats, sup):
+    from reaper.budgets import reaped
     from reaper.budgets.enforcer import Enforcer
 
-    return Enforcer(cfg, log, stats.budget, sup)
+    return Enforcer(cfg, log, stats.budget, sup, reaped.of(sup, stats))

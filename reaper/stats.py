@@ -70,6 +70,7 @@ class Stats:
         # Children reaped as events (the main child; every child with -w or debug):
         self._reaped = Counter()              # (kind, outcome) -> count; kind main|orphan|supervised
         self._cpu = 0.0
+        self._orphan_cpu = 0.0                # of the orphans among them
         self._latency_buckets = [0] * (len(REAP_LATENCY_BUCKETS) + 1)
         self._latency_sum = 0.0
         # ...and the rest, counted by the C core as orphans (reaper._native.Waiter.totals).
@@ -86,6 +87,8 @@ class Stats:
     def record_reap(self, kind: str, status: int, latency: float, cpu: float) -> None:
         self._reaped[(kind, outcome(status))] += 1
         self._cpu += cpu
+        if kind == "orphan":
+            self._orphan_cpu += cpu
         i = 0
         while i < len(REAP_LATENCY_BUCKETS) and latency > REAP_LATENCY_BUCKETS[i]:
             i += 1
@@ -122,6 +125,12 @@ class Stats:
     @property
     def reaped_cpu_seconds(self) -> float:
         return self._cpu + (self.native.cpu_seconds if self.native is not None else 0.0)
+
+    @property
+    def orphan_cpu_seconds(self) -> float:
+        """CPU of every orphan reaped (not the main child's, nor a service's): exact when
+        the C core reaps with rusage (on with metrics or budgets)."""
+        return self._orphan_cpu + (self.native.cpu_seconds if self.native is not None else 0.0)
 
     @property
     def latency_buckets(self) -> list:

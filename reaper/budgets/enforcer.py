@@ -39,7 +39,8 @@ from typing import Optional
 from reaper.budgets import cleanup, escapes, hops, stray_cpus
 from reaper.budgets.cgroupfs import read_proc_cgroup
 from reaper.budgets.kinds import ANY, REASONS, load as load_kinds
-from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_ticks, lineages, read_groups
+from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_ticks, hop_from, join, lineages, \
+    read_groups
 from reaper.procctl import Gone, Handle, NotPermitted, pidfds_work
 from reaper.budgets.strays import Finder
 from reaper.budgets.throttle import DutyCycler
@@ -53,7 +54,7 @@ LEVELS = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}
 class Enforcer:
     name = "budget"
 
-    def __init__(self, cfg, log, stats, scope) -> None:
+    def __init__(self, cfg, log, stats, scope, reaped=None) -> None:
         self.cfg = cfg
         self.log = log
         self.stats = stats
@@ -70,12 +71,14 @@ class Enforcer:
         self.hop_seen: set = set()               # reaper's children looked at for hops since the sample
         self.owners: Optional[dict] = None       # cgroup directory -> its lineage, this sample (_leaf_owner)
         self.accounts: list = []                 # the lineages of this sample (lineages())
+        self.unlinked: list = []                 # last sample's new fork-copies of no lineage (_late_hops)
         self.unpinnable: set = set()             # keys of this sample's strays gone before pinned
         self.retiring: list = []                 # lineages empty at the last sample: retired if still empty
         self.cgroup_data: dict = {}              # pid -> /proc/PID/cgroup, read this sample
         self.prev_sample: Optional[float] = None
         self.boot = 0                            # boot ticks at this sample's scan
         self.duty = DutyCycler()
+        self.reaped = reaped                     # reaped.ReapedCPU where reaper reaps the orphans
         self.watch = bool(getattr(scope, "watch", False))
         self.said: set = set()                   # things said once
         self.unpinned: set = set()               # keys of strays reaper may not even read
@@ -141,6 +144,7 @@ class Enforcer:
         now = time.monotonic()
         try:
             self.duty.close(now)            # every stopped stray resumed, whatever failed before
+            self._count_final()
         finally:
             self._take_duty_faults()
             self._say_refusals()
@@ -150,6 +154,16 @@ class Enforcer:
             for t in self.tracked.values():
                 t.handle.close()
             self.tracked.clear()
+
+    def _count_final(self) -> None:
+        """At the end (the drain is over): the CPU of the strays reaped since the last sample."""
+        if self.reaped is None:
+            return
+        reapers = self.finder.reapers()
+        for key, t in list(self.tracked.items()):
+            if not self.tracked_alive(key):
+                self.reaped.gone(t, self.tracked, {}, reapers)
+        self.stats.stray_cpu_seconds += self.reaped.count()
 
     def _cgroups(self) -> list:
         """The cgroup holders the kinds made, in the kinds' order."""
@@ -197,12 +211,13 @@ class Enforcer:
             if not alive:
                 gone.append(t)
         self.unpinned &= found.keys()
+        self._late_hops(gone)
         new = []
         for key, stray in found.items():
             t = self.tracked.get(key)
             if t is not None:
                 t.comm, t.cmdline = stray.comm, stray.cmdline    # it may have exec'd since
-                t.seen_boot = boot
+                t.seen_before, t.seen_boot = t.seen_boot, boot
             elif key not in self.unpinned:
                 new.append((key, stray))
         # A hop's parent may have vanished a sample before it is seen: the members gone
@@ -264,11 +279,25 @@ class Enforcer:
             self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
             t.last_cpu, t.read_at, t.read_boot = cpu, now, self.boot
             if t.pred is not None:
-                hops.count_unseen(self.stats, t)
+                hops.count_unseen(self.stats, t, self.reaped is None)
+            p = self.table.procs.get(key[0])
+            if p is not None:
+                t.ppid = p.ppid              # who reaps it: reaped.ReapedCPU.gone
+        self._count_reaped()
         self.accounts = lineages(self.tracked.values())
         for a in self.accounts:
             stopped = a.duty.stopped(now) if a.duty is not None else 0.0
             a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
+
+    def _count_reaped(self) -> None:
+        """What reaper reaped of strays that no sample read (reaped.py)."""
+        r = self.reaped
+        if r is None:
+            return
+        scope = self.scope
+        kept = {scope.main_pid, *getattr(scope, "supervised", ())}
+        r.read_others(self.table, scope.pid, self.tracked, kept)
+        self.stats.stray_cpu_seconds += r.count()
 
     def _track(self, key, stray, now: float, gone: tuple) -> None:
         groups = read_groups(*key)
@@ -302,8 +331,26 @@ class Enforcer:
             t.placed = dict(via.placed)      # forked inside its parent's cgroups, if the parent was in them
         elif acct is not None and t.newborn:
             t.pred = via if rule == "hop" and isinstance(via, Tracked) else hops.predecessor(t, gone[0] + gone[1])
+        if acct is None and groups is not None and groups[2] and t.newborn:
+            self.unlinked.append(t)          # a fork-copy of no lineage: a sample to find it one
         self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}"
                        + (f", lineage of {acct.root[0]} ({rule})" if acct is not None else ""))
+
+    def _late_hops(self, gone: list) -> None:
+        """A fork-copy that opened a lineage of its own at the last sample, while the member
+        it hopped from still lived (descheduled between its fork and its exit, or waiting
+        on purpose): if that member is gone now, the new one joins its lineage."""
+        unlinked, self.unlinked = self.unlinked, []
+        for t in unlinked:
+            if self.tracked.get(t.key) is not t or len(t.acct.members) != 1:
+                continue
+            g = hop_from(t.key[1], t.cmdline, t.groups, (gone,), lambda g: g.seen_before)
+            if g is None or g.acct is t.acct:
+                continue
+            self.emptied.append(t.acct)
+            join(t, g.acct)
+            self.linker.note(t)
+            self.log.debug(f"stray {t.key[0]} ({t.comm}): lineage of {g.acct.root[0]} (hop, a sample late)")
 
     def _retire(self) -> None:
         """The lineages left without a member for a whole sample (a hop may still join
@@ -502,6 +549,8 @@ class Enforcer:
             self.duty.release(t.key, now)        # no longer a stray: let it run
         else:
             self.duty.forget(t.key)
+            if self.reaped is not None:
+                self.reaped.gone(t, self.tracked, self.table.procs, self.finder.reapers())
         for kind in self.kinds:
             kind.drop(t, alive)
         t.acct.leave(t)

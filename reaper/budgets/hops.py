@@ -29,12 +29,13 @@ def predecessor(t: Tracked, gone: list) -> Optional[Tracked]:
     return max(before, key=lambda g: g.key[1]) if before else None
 
 
-def count_unseen(stats, t: Tracked) -> None:
+def count_unseen(stats, t: Tracked, in_stats: bool = True) -> None:
     """A lineage seen again in t, born since the last sample, after t.pred vanished:
     the CPU burnt between pred's last sample and t's birth (pred's last moments, and any
     member born and gone in between) is estimated at the speed measured last: pred's own
     (over its last interval, else since its fork), else its lineage's over the last
-    interval, else t's since its fork. Counted in the lineage and in stats.stray_cpu_seconds."""
+    interval, else t's since its fork. Counted in the lineage, and in stats.stray_cpu_seconds
+    unless in_stats is False (where reaper reaps the lineage, reaped.py counts it exactly)."""
     pred, t.pred = t.pred, None
     if pred.tail_counted or pred.read_boot is None:
         return
@@ -49,7 +50,8 @@ def count_unseen(stats, t: Tracked) -> None:
     gap = max(0, t.key[1] - pred.read_boot) / CLK_TCK
     if speed and gap:
         t.acct.gone_cpu += speed * gap
-        stats.stray_cpu_seconds += speed * gap
+        if in_stats:
+            stats.stray_cpu_seconds += speed * gap
 
 
 def _speed(cpu: Optional[float], ticks: int) -> Optional[float]:
@@ -110,7 +112,7 @@ def _hop_of(enf, pid: int, gone: list, now: float) -> Optional[Tracked]:
             # Read as at its fork (0: it is new): what g burnt until then is estimated now.
             t.seen_boot = t.read_boot = boot_ticks()
             t.last_cpu, t.pred = 0.0, g
-            count_unseen(enf.stats, t)
+            count_unseen(enf.stats, t, enf.reaped is None)
             enf.tracked[key] = t
             enf.stats.strays_seen += 1
             enf.log.debug(f"stray {pid} ({t.comm}): {t.reason}, lineage of {g.acct.root[0]} (hop, at once)")

@@ -27,12 +27,17 @@ of the first rule that links it (Linker.find), else opens its own:
              same process group and session and with the same command line (what
              fork() leaves), and no member of another lineage that vanished then
              would match as well. A new orphan of the main tree has exec'd its
-             program: never a hop.
+             program: never a hop. A fork-copy that opened a lineage of its own
+             while the member it hopped from still lived (descheduled between its
+             fork and its exit) joins that member's lineage at the next sample, if
+             the member is gone by then (Enforcer._late_hops).
 
 What cannot be linked: a member born and gone between two samples that leaves its
 group and session (setsid), or execs, or changes its command line, before a sample
-sees its descendant, in a lineage that holds no cgroup; nor the hops of two lineages
-that look alike (forks of one program in one group) ending in the same interval. A
+sees its descendant, in a lineage that holds no cgroup; a double fork whose middle
+process exits at once while the first lives on past the next sample; nor the hops of
+two lineages that look alike (forks of one program in one group) ending in the same
+interval. A
 hop is recognised by coincidence: a forked, never exec'd orphan of the same command
 line, group and session, born in the very interval in which a member of exactly one
 such lineage died, joins that lineage (and its age) though it is not its descendant.
@@ -162,8 +167,11 @@ class Tracked:
         self.placed: dict = {}           # reason -> the cgroup it was found in or moved into
         self.read_boot: Optional[int] = None     # boot ticks of the sample that last read its CPU
         self.seen_boot = 0               # boot ticks of the last sample that found it
+        self.seen_before = 0             # ... and of the one before that
         self.tail_counted = False        # the CPU its descendants burnt unseen was estimated once
         self.pred: Optional["Tracked"] = None    # the member gone before it was born: hops.count_unseen
+        self.ppid = stray.ppid           # its parent at the last sample: who reaps it (reaped.py)
+        self.carried = 0.0               # CPU read of the members it reaped (reaped.py)
 
     def own_rate(self) -> Optional[float]:
         """Cores it used between its last two reads; None before there are two."""
@@ -201,6 +209,31 @@ def who(t) -> str:
     root = t.acct.root
     of = "" if root == t.key else f", lineage of {root[0]}"
     return f"stray {t.key[0]} ({t.comm}, {t.reason}{of})"
+
+
+def hop_from(start: int, cmdline: str, groups: tuple, gone, seen=lambda g: g.seen_boot):
+    """The member (of gone: lists, the latest first) a fork-copy born at start, with
+    cmdline and groups (read_groups'), is a hop of; None if none, or if members of more
+    than one lineage would do (forks of one main-tree process that come and go in waves,
+    each its own lineage, are not chained). seen(g): boot ticks it must be born after."""
+    if not groups[2]:
+        return None                      # exec'd since its fork
+    for vanished in gone:
+        hops = [g for g in vanished if g.groups is not None and g.groups[:2] == groups[:2]
+                and g.cmdline == cmdline and start >= seen(g)]
+        if not hops:
+            continue
+        if len({id(g.acct) for g in hops}) == 1:
+            return max(hops, key=lambda g: g.key[1])
+        return None
+    return None
+
+
+def join(t, acct) -> None:
+    """Moves t, alone in a lineage of its own, into acct (a hop found a sample late)."""
+    t.acct.members.pop(t.key, None)
+    t.acct = acct
+    acct.members[t.key] = t
 
 
 class Ghost:
@@ -250,30 +283,19 @@ class Linker:
         # A session is only ever entered by birth: its id is the pid of the member that
         # made it (setsid), alive or gone lately, even if it did so after it was first seen.
         sid = groups[1]
-        leader = table.procs.get(sid)
-        if leader is not None:
-            t = known.get((sid, leader.start))
-            if t is not None and leader.start <= stray.start:
-                self.led[sid] = (t.key, t.acct)     # the session names the lineage from now on
-                return t.acct, "session", None
-        else:
-            for vanished in gone:
-                for g in vanished:
-                    if g.key[0] == sid and g.key[1] <= stray.start:
-                        self.led[sid] = (g.key, g.acct)
-                        return g.acct, "session", None
+        leader = table.procs.get(sid)        # (a zombie leader is still in the table)
+        maker = known.get((sid, leader.start)) if leader is not None else None
+        if maker is None:
+            maker = next((g for vanished in gone for g in vanished if g.key[0] == sid
+                          and (leader is None or leader.start == g.key[1])), None)
+        if maker is not None and maker.key[1] <= stray.start:
+            self.led[sid] = (maker.key, maker.acct)     # the session names the lineage from now on
+            return maker.acct, "session", None
         orphaned = stray.ppid in reapers or (parent is not None and (parent.pid, parent.start) in lost)
-        if orphaned and groups[2]:
-            for vanished in gone:                # this sample's first
-                hops = [g for g in vanished if g.groups is not None and g.groups[:2] == groups[:2]
-                        and g.cmdline == stray.cmdline and stray.start >= g.seen_boot]
-                if not hops:
-                    continue
-                # Only where one lineage can be its origin: forks of one main-tree process
-                # that come and go in waves (each its own lineage) are not chained.
-                if len({id(g.acct) for g in hops}) == 1:
-                    return hops[0].acct, "hop", max(hops, key=lambda g: g.key[1])
-                break
+        if orphaned:
+            g = hop_from(stray.start, stray.cmdline, groups, gone, lambda g: g.seen_boot)
+            if g is not None:
+                return g.acct, "hop", g
         return None, "", None
 
     def note(self, t) -> None:

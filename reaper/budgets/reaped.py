@@ -1,0 +1,85 @@
+"""The CPU of strays that no sample read, taken from what reaper reaped: exact where it reaps.
+
+Every orphan reaper reaps hands it that process's whole CPU time: wait4()'s rusage, its
+own and that of the children it waited for (the C core adds it up for the orphans it
+reaps silently, the statistics for those reaped as events: Stats.orphan_cpu_seconds).
+What the samples did not count of it is that total less what they read of the orphans
+reaper reaped: a member's last moments after its last sample, the members of a lineage
+born and gone between two samples (pid hops, however fast), the children a stray waited
+for, a stray gone before it could be pinned. ReapedCPU counts that difference in
+stray_cpu_seconds as it grows, never twice.
+
+What a member that reaper does not reap was read of goes to the stray that reaps it
+(its parent), and counts when that one is reaped. Reaper's children that are not
+strays (an orphaned raylet, a --protect'ed orphan; the main child and the services are
+reaped as events and never in the total) are read each sample, one stat each, and what
+was read of them is taken off: only their last interval would be counted as a stray's.
+
+In `reaper watch` mode reaper reaps nothing of the namespace it watches: there the CPU
+a sample missed is estimated (hops.count_unseen).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from reaper.procfs.processes import CLK_TCK, read_stat
+
+
+class ReapedCPU:
+    def __init__(self, total: Callable[[], float]) -> None:
+        self.total = total               # CPU seconds of every orphan reaped so far
+        self.base = total()              # what was reaped before the budgets started
+        self.read = 0.0                  # what the samples read of orphans reaped since (or soon)
+        self.counted = 0.0               # what count() added so far
+        self.others: dict = {}           # (pid, start) -> CPU seconds read: reaper's children, not strays
+
+    def gone(self, t, tracked: dict, procs: dict, reapers) -> None:
+        """Tracked member t is gone (reaped): what the samples read of it (and of the
+        members it reaped) is in the total if reaper reaped it, or its parent was gone
+        too (t was re-parented to reaper, or its CPU went to a parent reaper reaps);
+        a parent stray that lives keeps it until it goes in turn."""
+        cpu = (t.last_cpu or 0.0) + t.carried
+        if t.ppid in reapers:
+            self.read += cpu
+            return
+        parent = procs.get(t.ppid)
+        if parent is None:
+            self.read += cpu
+            return
+        p = tracked.get((parent.pid, parent.start))
+        if p is not None:
+            p.carried += cpu
+        # else: reaped by a process that is not a stray (a Ray worker): never in the total.
+
+    def read_others(self, table, reaper: int, strays, kept) -> None:
+        """One stat of each of reaper's children that is neither a stray nor kept (the
+        main child, the services); those gone since the last sample are taken off."""
+        seen = {}
+        for pid in table.children.get(reaper, ()):
+            if pid in kept:
+                continue
+            p = table.procs.get(pid)
+            if p is None or (pid, p.start) in strays:
+                continue
+            st = read_stat(pid)
+            if st is not None and st[1] == p.start:
+                seen[(pid, p.start)] = st[4] / CLK_TCK
+        for key, cpu in self.others.items():
+            if key not in seen:
+                self.read += cpu
+        self.others = seen
+
+    def count(self) -> float:
+        """CPU seconds of reaped strays that no sample read and that were not counted yet."""
+        unseen = self.total() - self.base - self.read
+        if unseen <= self.counted:
+            return 0.0
+        new, self.counted = unseen - self.counted, unseen
+        return new
+
+
+def of(scope, stats) -> Optional[ReapedCPU]:
+    """A ReapedCPU where reaper reaps the orphans (PID 1, a subreaper), else None."""
+    if getattr(scope, "watch", False) or stats is None:
+        return None
+    return ReapedCPU(lambda: stats.orphan_cpu_seconds)
