@@ -532,6 +532,13 @@ class ReaperCollector:
         yield g
         yield G("reaper_start_time_seconds", "When reaper started, seconds since the epoch", value=s.start_time)
         yield G("reaper_pid", "reaper's pid in its own PID namespace", value=os.getpid())
+        try:
+            ns = os.stat("/proc/self/ns/pid").st_ino
+        except OSError:
+            ns = None
+        if ns is not None:
+            yield G("reaper_pid_namespace", "The inode of reaper's PID namespace (/proc/self/ns/pid): "
+                                            "who shares it sees reaper_pid as reaper", value=ns)
         if self.x.cfg.metrics_port is not None:     # 0 only ever in the metrics file: a scrape needs the port
             yield G("reaper_metrics_listening", "1 once the metrics endpoint is bound and served; 0 while "
                                                 "its port is taken (or its address absent) and the bind is "
@@ -784,10 +791,11 @@ class ReaperCollector:
                 ("reaper_stray_memory_bytes", f"Private memory (what a stray alone holds: shared pages left out) "
                                               f"of the {TOP} strays holding most (comm, never the command line)",
                  "memory_bytes")):
-            g = G(metric, doc, labels=["pid", "name", "action"])
+            g = G(metric, doc, labels=["pid", "name", "action", "reason"])
             for d in sorted(strays, key=lambda d: -float(d.get(field, 0) or 0))[:TOP]:
                 g.add_metric([str(d.get("pid", "")), str(d.get("name", ""))[:32],
-                              str(d.get("action", "") or "none")], float(d.get(field, 0) or 0))
+                              str(d.get("action", "") or "none"), str(d.get("reason", "") or "orphan")],
+                             float(d.get(field, 0) or 0))
             yield g
 
     def _self_usage(self, s, available):

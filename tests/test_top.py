@@ -62,6 +62,7 @@ def _scene(reaper, tmp_path):
                     any(x.labels["action"] == "observe" for x in s.samples("reaper_stray_cpu_cores")),
                     "the zombie and the observed stray")
     stray = [x.labels["pid"] for x in s.samples("reaper_stray_cpu_cores")]
+    assert [x.labels["reason"] for x in s.samples("reaper_stray_cpu_cores")] == ["orphan"]
     parent = [x.labels["parent_pid"] for x in s.samples("reaper_zombies_by_parent")]
     assert len(stray) == 1 and len(parent) == 1, (stray, parent)
     return r, port, stray[0], parent[0]
@@ -102,7 +103,9 @@ def test_top_over_a_pipe_prints_one_frame(reaper, tmp_path):
                          timeout=30, env={**os.environ, "COLUMNS": "80"})
     assert out.returncode == 0 and out.stderr == "", out
     assert out.stdout.startswith("reaper ") and f"[{parent}] 1" in out.stdout, out.stdout
-    assert any(ln.split()[:1] == [stray] for ln in out.stdout.splitlines()), out.stdout
+    # From outside reaper's PID namespace: the reason comes from the endpoint, not /proc.
+    row = [ln for ln in out.stdout.splitlines() if ln.split()[:1] == [stray]]
+    assert row and "orphan" in row[0] and "observe" in row[0], out.stdout
     assert max(len(ln) for ln in out.stdout.splitlines()) <= 80
 
 

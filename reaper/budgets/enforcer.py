@@ -570,7 +570,7 @@ class Enforcer:
             b.over_budget[kind.reason] = sum(1 for t in self.tracked.values() if kind.over(t))
         b.cgroups = self._count_cgroups()
         self.stats.stray_list = sorted(
-            ({"pid": t.key[0], "name": t.comm, "cpu_cores": round(_cores(t), 3),
+            ({"pid": t.key[0], "name": t.comm, "reason": t.reason, "cpu_cores": round(_cores(t), 3),
               "memory_bytes": t.use.mem or 0, "action": t.action, "since": round(t.since_wall, 3)}
              for t in self.tracked.values()), key=lambda d: -d["cpu_cores"])
 

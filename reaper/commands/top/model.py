@@ -75,6 +75,9 @@ class Source:
         pid, start = v.get("reaper_pid"), v.get("reaper_start_time_seconds")
         if not stats._known(pid) or not stats._known(start) or pid < 1:
             return None
+        ns = v.get("reaper_pid_namespace")
+        if stats._known(ns) and ns != _own_pid_namespace():
+            return None                 # another namespace's pid: its start may match by chance
         from reaper.procfs import processes
 
         table = processes.scan()
@@ -84,6 +87,13 @@ class Source:
             return None
         return {"pid": int(pid), "table": table, "boot": boot, "services": len(f_services(v)),
                 "watch": stats.role(v) == "watch"}
+
+
+def _own_pid_namespace() -> "float | None":
+    try:
+        return float(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
 
 
 def _hung_fetches() -> int:
@@ -149,11 +159,20 @@ def _page_strays(v) -> list:
     for metric, field in (("reaper_stray_cpu_cores", "cpu"), ("reaper_stray_memory_bytes", "memory")):
         for s in v.rows(metric):
             pid = s.labels.get("pid", "")
-            d = rows.setdefault(pid, {"pid": pid, "name": s.labels.get("name", ""), "reason": "?",
+            d = rows.setdefault(pid, {"pid": pid, "name": s.labels.get("name", ""),
+                                      "reason": _reason(s.labels.get("reason")),
                                       "action": s.labels.get("action", ""), "cpu": None, "memory": None,
                                       "age": None})
             d[field] = s.value
     return list(rows.values())
+
+
+def _reason(reason) -> str:
+    """Why a process is a stray, in words (the metrics' reason label; "?" from a reaper
+    too old to export it)."""
+    if not reason:
+        return "?"
+    return {"ray-idle": "below idle Ray worker", "match": "matched"}.get(reason, reason)
 
 
 def _cores(v) -> list:
@@ -205,7 +224,7 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
             d = by_pid[str(s.pid)] = {"pid": str(s.pid), "name": s.comm, "action": "", "cpu": None,
                                       "memory": None}
             f.strays.append(d)
-        d["reason"] = {"ray-idle": "below idle Ray worker", "match": "matched"}.get(s.reason, s.reason)
+        d["reason"] = _reason(s.reason)
         d["name"] = s.comm or d["name"]
         proc = table.get(s.pid)
         d["age"] = now - boot - proc.started if proc else None
