@@ -63,7 +63,7 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
                       _t("-" if d.get("cpu") is None else stats._fmt(d["cpu"], ".2f")), _t(_size(d.get("memory"))),
                       _t("-" if d.get("age") is None else stats._dur(d["age"])))
     title = f"strays {len(frame.strays)}" + (f" ({len(shown)} shown)" if len(shown) < len(frame.strays) else "")
-    parts += [_t(f"{title}, sorted by {sort}" + ("" if frame.local else "; why: run in reaper's PID namespace"),
+    parts += [_t(f"{title}, sorted by {sort}" + ("" if frame.local else "; ages: run in reaper's PID namespace"),
                  "bold"), table]
     parts.append(_t("q quit  c cpu  m memory  p pid  a age", "dim"))
     return Group(*parts)
