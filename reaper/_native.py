@@ -1,8 +1,18 @@
-"""Thin typed layer over the C core (csrc/reaper_core.c): C errors become OSError."""
+"""Thin typed layer over the C core (csrc/reaper_core.c): C errors become OSError.
+
+The one module that touches the cffi extension, and fully typed (reaper/_core.pyi types the
+extension; tests/test_typing.py runs mypy --strict on both). The types are for the checker
+alone: typing is not imported at run time (PID 1's start-up), hence the quoted annotations."""
 import os
 import time
 
 from reaper._core import ffi, lib
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Optional, Union
+
+    from reaper._core import Event, SpawnExtra, Totals as _CTotals, WaiterStruct
 
 EV_SIGNAL = lib.REAPER_EV_SIGNAL
 EV_EXIT = lib.REAPER_EV_EXIT
@@ -14,7 +24,7 @@ MAX_WAIT_MS = 2**31 - 1      # poll() takes an int: a longer wait is cut to this
 REAP_LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1, 1.0)
 
 
-def ms_until(deadline) -> int:
+def ms_until(deadline: "Optional[float]") -> int:
     """poll()'s timeout for a time.monotonic() deadline: -1 (forever) for None, else
     clamped to 0..MAX_WAIT_MS, whatever the deadline (huge, inf or nan)."""
     if deadline is None:
@@ -31,7 +41,7 @@ def _check(rc: int) -> int:
     return rc
 
 
-def setup(invoker_blocked=None) -> int:
+def setup(invoker_blocked: "Optional[Iterable[int]]" = None) -> int:
     """Block every handled signal and return the signalfd that receives them.
     invoker_blocked: the signals the invoker had blocked, when the launcher blocked
     the same set before (bin/reaper's first statement); None: the mask now is the
@@ -45,8 +55,8 @@ def setup(invoker_blocked=None) -> int:
     return _check(lib.reaper_setup(ffi.new("uint64_t *", bits)))
 
 
-def spawn(argv: list[str], own_group: bool, take_tty: bool, listen_pid: bool = False,
-          service=None) -> tuple[int, int]:
+def spawn(argv: "list[str]", own_group: bool, take_tty: bool, listen_pid: bool = False,
+          service: "Optional[ServiceIO]" = None) -> "tuple[int, int]":
     """Fork and exec argv; returns (pid, exec_errno), exec_errno 0 on success.
     reaper's cwd is / from before the fork on (the child keeps the start directory),
     unless no fd was free to hold it; after a failed exec it is back where it was.
@@ -65,13 +75,14 @@ class ServiceIO:
     dict of bytes), a directory to start in, a stdin fd, the one fd it keeps (its
     readiness pipe, -1 for none), and the oom_score_adj to start with (None: inherited)."""
 
-    def __init__(self, env: dict, cwd, stdin_fd: int, keep_fd: int = -1, oom_score_adj=None) -> None:
+    def __init__(self, env: "dict[bytes, bytes]", cwd: "Union[str, bytes, os.PathLike[str], None]",
+                 stdin_fd: int, keep_fd: int = -1, oom_score_adj: "Optional[int]" = None) -> None:
         self.env, self.cwd, self.stdin_fd, self.keep_fd = env, cwd, stdin_fd, keep_fd
         self.oom_score_adj = oom_score_adj
 
-    def c_struct(self, keep: list):
+    def c_struct(self, keep: "list[Any]") -> "SpawnExtra":
         """The C struct; keep holds what it points to for as long as the call."""
-        x = ffi.new("struct reaper_spawn_extra *")
+        x: "SpawnExtra" = ffi.new("struct reaper_spawn_extra *")
         env = [ffi.new("char[]", k + b"=" + v) for k, v in self.env.items()]
         keep += env
         envp = ffi.new("char *[]", env + [ffi.NULL])
@@ -91,22 +102,22 @@ class Totals:
     """What the C core counted of the children it reaped without an event (orphans, in
     the common case), as Python values; a live view of the waiter's struct reaper_totals."""
 
-    def __init__(self, c) -> None:
+    def __init__(self, c: "_CTotals") -> None:
         self._c = c
 
     @property
     def reaped(self) -> int:
         return self._c.reaped
 
-    def exited(self) -> list:
+    def exited(self) -> "list[int]":
         """Children that exited, by exit status (256 entries)."""
         return ffi.unpack(self._c.exited, 256)
 
-    def signaled(self) -> list:
+    def signaled(self) -> "list[int]":
         """Children killed by a signal, by signal number (entry 0 unused)."""
         return ffi.unpack(self._c.signaled, len(self._c.signaled))
 
-    def latency(self) -> list:
+    def latency(self) -> "list[int]":
         """Wake-up to reap, per bucket of the waiter's bounds; the last is +Inf."""
         return ffi.unpack(self._c.latency, len(self._c.latency))
 
@@ -126,11 +137,11 @@ class Waiter:
     only Python that touches the C structures (struct reaper_waiter: its config,
     written here, its state and totals, written by the C core)."""
 
-    def __init__(self, sfd: int, latency_bounds=()) -> None:
+    def __init__(self, sfd: int, latency_bounds: "Iterable[float]" = ()) -> None:
         self.sfd = sfd
         self._buf = ffi.new("struct reaper_event[]", BATCH)
         self._state = ffi.new("int *")
-        self._w = ffi.new("struct reaper_waiter *")
+        self._w: "WaiterStruct" = ffi.new("struct reaper_waiter *")
         self._cfg = self._w.config
         bounds = [int(b * 1e9) for b in latency_bounds]
         if len(bounds) > lib.REAPER_LATENCY_BOUNDS:
@@ -169,14 +180,14 @@ class Waiter:
         """Reap without rusage: no CPU times (only the metrics read them)."""
         self._cfg.no_rusage = int(off)
 
-    def report(self, pids) -> None:
+    def report(self, pids: "Iterable[int]") -> None:
         """These pids' exits are events too (the services), at most REAPER_MAX_EXTRA."""
         pids = list(pids)[:lib.REAPER_MAX_EXTRA]
         for i, pid in enumerate(pids):
             self._cfg.report_pids[i] = pid
         self._cfg.nreport = len(pids)
 
-    def poll_also(self, fds) -> None:
+    def poll_also(self, fds: "Iterable[int]") -> None:
         """The wait also returns when one of these fds is readable (fds_ready). An fd
         must leave this list before it is closed, or every wait would return at once."""
         fds = list(fds)[:lib.REAPER_MAX_EXTRA]
@@ -194,7 +205,7 @@ class Waiter:
         self._cfg.report_all = int(report_all)
         self._cfg.report_stops = int(report_stops)
 
-    def forward(self, pid: int, group: bool, table: dict) -> None:
+    def forward(self, pid: int, group: bool, table: "dict[int, tuple[int, bool]]") -> None:
         """Forward signals to pid (or its group) from C: table maps each signal
         received to the one to send (0: none); user_only ones need a sender."""
         self._cfg.forward_group = int(group)
@@ -206,7 +217,7 @@ class Waiter:
     def stop_forwarding(self) -> None:
         self._cfg.forward_pid = 0
 
-    def zero_codes(self, codes) -> None:
+    def zero_codes(self, codes: "Iterable[int]") -> None:
         """The main child's exit codes that the quiet end turns into 0 (-e)."""
         for code in codes:
             if 0 <= code < 256:
@@ -218,7 +229,7 @@ class Waiter:
         nothing left to drain, makes the wait exit the process with its status."""
         self._cfg.quiet_end = 0 if not armed else lib.REAPER_END_NO_DRAIN if no_drain else lib.REAPER_END_IF_ALONE
 
-    def wait(self, timeout_ms: int) -> tuple:
+    def wait(self, timeout_ms: int) -> "tuple[list[Event], bool, bool]":
         """Returns (events, no_children, more). timeout_ms -1 waits forever.
 
         The events are views of `struct reaper_event` (fields: kind, pid, signo,
@@ -227,7 +238,7 @@ class Waiter:
         timeout_ms = -1 if timeout_ms < 0 else min(int(timeout_ms), MAX_WAIT_MS)
         n = _check(lib.reaper_wait(self.sfd, timeout_ms, self._w, self._buf, BATCH, self._state))
         buf = self._buf
-        events = [buf[i] for i in range(n)]
+        events: "list[Event]" = [buf[i] for i in range(n)]
         state = self._state[0]
         self.fds_ready = bool(state & lib.REAPER_WAIT_FDS)
         return events, bool(state & lib.REAPER_WAIT_NO_CHILDREN), bool(state & lib.REAPER_WAIT_MORE)
@@ -251,10 +262,13 @@ def exec_failure_code(err: int) -> int:
     return lib.reaper_exec_failure_code(err)
 
 
-def forward_table(rewrite: dict) -> dict:
+def forward_table(rewrite: "dict[int, int]") -> "dict[int, tuple[int, bool]]":
     """For Waiter.forward: the signal to send for each one received (after --rewrite),
     and whether only another process may have sent it (the fault signals)."""
-    import _signal as sig
+    if TYPE_CHECKING:
+        import signal as sig        # the same constants; typeshed has no _signal
+    else:
+        import _signal as sig
 
     fault = (sig.SIGFPE, sig.SIGILL, sig.SIGSEGV, sig.SIGBUS, sig.SIGABRT, sig.SIGTRAP, sig.SIGSYS)
     return {s: (rewrite.get(s, s), s in fault) for s in range(1, sig.SIGRTMAX + 1)

@@ -13,7 +13,7 @@ import os
 import signal
 from typing import Callable, Optional
 
-from reaper.procfs.processes import read_stat
+from reaper.procfs.processes import CLK_TCK, PAGE, Counters, read_counters, read_stat
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 
@@ -112,36 +112,66 @@ def signal_one(pid: int, start: int, signo: int) -> bool:
     return True
 
 
-class Handle:
-    def __init__(self, pid: int, start: int) -> None:
-        import psutil
+def _unreadable(pid: int) -> None:
+    """Raises what an unreadable /proc/PID/stat means: NotPermitted (hidepid), else Gone."""
+    try:
+        os.close(os.open(f"/proc/{pid}/stat", os.O_RDONLY))
+    except PermissionError as e:
+        raise NotPermitted(pid, "read", e) from None
+    except OSError:
+        pass
+    raise Gone(pid)
 
+
+class Handle:
+    """A process pinned by (pid, start): cheap to hold (no file descriptor, no psutil
+    object until an action or an exact memory read needs one)."""
+
+    __slots__ = ("pid", "start", "_proc", "_pidfd")
+
+    def __init__(self, pid: int, start: int) -> None:
         self.pid = pid
         self.start = start
-        try:
-            self.proc = psutil.Process(pid)
-        except psutil.Error as e:
-            raise _psutil_mapped(e, pid, "read") from None
-        # psutil read the start time of whatever held the pid at that moment:
-        # if it still matches the table, psutil pinned the process we found.
-        if not self.same():
-            raise Gone(pid)
+        self._proc = None
         self._pidfd: Optional[int] = None
+        st = read_stat(pid)
+        if st is None:
+            _unreadable(pid)
+        if st[1] != start or st[3] in ("Z", "X"):
+            raise Gone(pid)
+
+    @property
+    def proc(self):
+        """The psutil.Process, made on first use and checked against start then: psutil
+        reads the start time of whatever holds the pid at that moment."""
+        if self._proc is None:
+            import psutil
+
+            try:
+                p = psutil.Process(self.pid)
+            except psutil.Error as e:
+                raise _psutil_mapped(e, self.pid, "read") from None
+            if not self.same():
+                raise Gone(self.pid)
+            self._proc = p
+        return self._proc
 
     def same(self) -> bool:
         return same(self.pid, self.start)
 
-    def cpu_seconds(self) -> float:
-        """User + system CPU (psutil)."""
-        import psutil
+    def read(self) -> Counters:
+        """Its counters (one read of /proc/PID/stat, checked against start); Gone if it
+        exited or its pid was reused."""
+        c = read_counters(self.pid, self.start)
+        if c is None:
+            _unreadable(self.pid)
+        if c.state in ("Z", "X"):
+            raise Gone(self.pid)
+        return c
 
-        try:
-            t = self.proc.cpu_times()
-        except psutil.Error as e:
-            raise _psutil_mapped(e, self.pid, "read") from None
-        except OSError as e:
-            raise _mapped(e, self.pid, "read") from None
-        return t.user + t.system
+    def cpu_seconds(self) -> float:
+        """User + system CPU, every thread's."""
+        return self.read().cpu / CLK_TCK
 
     def private_memory(self, exact_above: Optional[int] = None) -> int:
         """What this process alone holds, in bytes: the memory its end would free.
@@ -156,22 +186,45 @@ class Handle:
         process's page tables, about 1.4 ms for 130 MB against 15 us for statm)
         and the smaller of the two is taken: the unique set leaves out pages shared
         copy-on-write, RSS minus shared leaves out file pages only this process
-        maps (page cache, not its own allocation). Both through psutil."""
+        maps (page cache, not its own allocation). statm directly, the unique set
+        through psutil."""
+        private = self._rss_unshared()
+        if exact_above is not None and private > exact_above:
+            private = min(private, self._unique())
+        return private
+
+    def _unique(self) -> int:
+        """The unique set size (smaps_rollup, through psutil); a huge number where
+        reaper may not read it (it needs ptrace access; statm does not)."""
         import psutil
 
         try:
-            m = self.proc.memory_info()
-            private = max(0, m.rss - m.shared)
-            if exact_above is not None and private > exact_above:
-                try:
-                    private = min(private, self.proc.memory_full_info().uss)
-                except psutil.AccessDenied:
-                    pass                  # smaps_rollup needs ptrace access; statm does not
-            return private
+            return self.proc.memory_full_info().uss
+        except psutil.AccessDenied:
+            return 1 << 62
         except psutil.Error as e:
             raise _psutil_mapped(e, self.pid, "read") from None
         except OSError as e:
             raise _mapped(e, self.pid, "read") from None
+
+    def _rss_unshared(self) -> int:
+        """RSS less its file-backed and shared pages (/proc/PID/statm), checked against start."""
+        try:
+            fd = os.open(f"/proc/{self.pid}/statm", os.O_RDONLY)
+        except OSError as e:
+            raise _mapped(e, self.pid, "read") if e.errno in DENIED else Gone(self.pid) from None
+        try:
+            f = os.read(fd, 256).split()
+        except OSError:
+            raise Gone(self.pid) from None
+        finally:
+            os.close(fd)
+        if not self.same():
+            raise Gone(self.pid)
+        try:
+            return max(0, int(f[1]) - int(f[2])) * PAGE
+        except (IndexError, ValueError):
+            raise Gone(self.pid) from None
 
     # --- signals ------------------------------------------------------------
 

@@ -6,6 +6,7 @@ in parallel (pytest-xdist): use tmp_path for files and free_port() for ports.
 from __future__ import annotations
 
 import os
+import re
 import select
 import shutil
 import signal
@@ -23,10 +24,17 @@ REAPER = str(Path(sys.executable).with_name("reaper")) if Path(sys.executable).w
 PYTHON = sys.executable
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# The nice value the suite runs at (`nice -n 10 pytest`): what a process it starts has,
+# and what one reaper leaves alone or lets go of keeps.
+START_NICE = os.getpriority(os.PRIO_PROCESS, 0)
+# REAPER_TEST_SLOW=N: every bounded wait lasts N times longer (the cgroup v2 QEMU guest of
+# .ci/check-cgroup2 runs about 35 times slower than its host); what is awaited is unchanged.
+SLOW = float(os.environ.get("REAPER_TEST_SLOW") or 1)
 
 
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.005, what: str = "condition"):
-    """Polls predicate until it returns a truthy value; fails after timeout."""
+    """Polls predicate until it returns a truthy value; fails after timeout (times SLOW)."""
+    timeout *= SLOW
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -175,29 +183,42 @@ def pytest_configure(config):
                                 "xdist_group (pytest-xdist#1386): pip install -e '.[test]' (pytest<9.2)")
 
 
-PORT_BASE = 21000      # above Ray's default worker ports (10002-19999), below the ephemeral range
-_next_port = None
+PORT_BASE = 21000      # above Ray's default worker ports (10002-19999)
+_next_index = 0        # where this worker's next reserve_ports() looks
+
+
+def usable_ports() -> list:
+    """The ports tests may take: from PORT_BASE up, outside the ephemeral range (where
+    an outgoing connection could take one before its server binds it)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(x) for x in f.read().split()[:2])
+    return [p for p in range(PORT_BASE, 65536) if not low <= p <= high]
+
+
+def port_block(worker: int, workers: int) -> list:
+    """Worker's share of the usable ports: an equal slice, whatever the worker count."""
+    ports = usable_ports()
+    size = len(ports) // max(workers, 1)
+    if size < 16:
+        raise RuntimeError(f"{workers} workers leave {size} ports each of {len(ports)}: run fewer (-n)")
+    return ports[worker * size:(worker + 1) * size]
 
 
 def reserve_ports(count: int = 1) -> list:
-    """count consecutive free ports from this xdist worker's own block, each handed out
-    once per session: workers cannot collide, and a port a test has freed is never
-    handed to the next (binding port 0 could give it out again). Below the ephemeral
-    range, so no outgoing connection takes one before its server binds it."""
-    global _next_port
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        ephemeral_low = int(f.read().split()[0])
+    """count consecutive free ports from this xdist worker's own block: workers cannot
+    collide, and a port a test has freed is handed out again only once the whole
+    block has gone round (binding port 0 could give it to the very next test)."""
+    global _next_index
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
-    block = min(1000, (ephemeral_low - PORT_BASE) // max(workers, 1))
-    low, high = PORT_BASE + worker * block, PORT_BASE + (worker + 1) * block
-    if _next_port is None:
-        _next_port = low
-    while _next_port + count <= high:
-        base, _next_port = _next_port, _next_port + count
-        if all(_bindable(p) for p in range(base, base + count)):
-            return list(range(base, base + count))
-    raise RuntimeError(f"worker {worker}'s ports {low}-{high - 1} are used up")
+    block = port_block(worker, workers)
+    for _ in range(len(block)):
+        i = _next_index if _next_index + count <= len(block) else 0
+        _next_index = (i + count) % len(block)
+        run = block[i:i + count]
+        if run[-1] - run[0] == count - 1 and all(_bindable(p) for p in run):
+            return run
+    raise RuntimeError(f"worker {worker}'s ports {block[0]}-{block[-1]}: no {count} consecutive ones free")
 
 
 def _bindable(port: int) -> bool:
@@ -212,12 +233,13 @@ def _bindable(port: int) -> bool:
 def require(what: str, present: bool, how: str) -> None:
     """A dependency of one test. Missing, the test is skipped, except under CI=true:
     .ci/run installs every one of them, so there a missing one is a broken CI and
-    ends the run with one line naming it. Call it from a test or fixture, never at
-    import: a run that deselects the test by marker must not need it."""
+    fails the test with one line naming it (not pytest.exit: in an xdist worker that
+    is an INTERNALERROR that hides the line). Call it from a test or fixture, never
+    at import: a run that deselects the test by marker must not need it."""
     if present:
         return
     if os.environ.get("CI") == "true":
-        pytest.exit(f"{what} is missing, though .ci/run installs it ({how})", returncode=3)
+        pytest.fail(f"{what} is missing, though .ci/run installs it ({how})", pytrace=False)
     pytest.skip(f"{what} is not installed ({how})")
 
 
@@ -234,13 +256,24 @@ def free_port() -> int:
 _user_checked: dict = {}
 
 
+def why_user_cannot_run(uid: int, argv: list) -> str:
+    """Why uid cannot run argv ("" if it can). The exec itself is made as uid, with no
+    capabilities (subprocess drops to uid before it, and a process whose uids are all
+    non-zero has none): setpriv would exec with root's capabilities, past a directory
+    uid cannot search."""
+    try:
+        p = subprocess.run(argv, user=uid, group=uid, extra_groups=[], capture_output=True, text=True,
+                           timeout=30, cwd="/")
+    except OSError as e:
+        return str(e)
+    return "" if p.returncode == 0 else (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+
+
 def check_user_can_run(uid: int) -> None:
     """Fails, with the reason, a test that runs reaper as uid when that user cannot
     run this interpreter (a pyenv under /root is mode 700: .ci/run opens it)."""
     if uid not in _user_checked:
-        p = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", REAPER, "--version"],
-                           capture_output=True, text=True, timeout=30, cwd="/")
-        _user_checked[uid] = "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["?"])[-1]
+        _user_checked[uid] = why_user_cannot_run(uid, [REAPER, "--version"])
     if _user_checked[uid]:
         pytest.fail(f"uid {uid} cannot run {PYTHON} with reaper ({_user_checked[uid]}): make the "
                     "directories on its path traversable (.ci/run does chmod o+x /root)", pytrace=False)
@@ -311,7 +344,7 @@ class Reaper:
     def readline(self, timeout: float = 10.0) -> str:
         """Next line the main child wrote to stdout (reaper passes stdout straight through)."""
         fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SLOW
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -328,7 +361,7 @@ class Reaper:
 
     def wait(self, timeout=30.0, input=None) -> int:
         try:
-            self.stdout, self.stderr = self.proc.communicate(input, timeout=timeout)
+            self.stdout, self.stderr = self.proc.communicate(input, timeout=timeout * SLOW)
         except subprocess.TimeoutExpired:
             self.kill()
             raise AssertionError(f"reaper did not exit within {timeout}s")
@@ -337,7 +370,16 @@ class Reaper:
         return self.proc.returncode
 
     def kill(self) -> None:
-        """Stops reaper (and, in a namespace, all it started) and keeps what it wrote."""
+        """Stops reaper (and, in a namespace, all it started) and keeps what it wrote;
+        removes the stray cgroups it held, which a killed reaper cannot."""
+        held = held_cgroups(self.proc.pid) if self.proc.poll() is None else set()
+        try:
+            self._stop()
+        finally:
+            for base in held | set(STRAY_CGROUP.findall(self.stderr or "")):
+                remove_cgroup(base)
+
+    def _stop(self) -> None:
         if self.proc.poll() is None:
             if not self.pid1:
                 # Not in a namespace of its own: let reaper drain its tree, then insist.
@@ -361,12 +403,33 @@ class Reaper:
             self.stdout = self.stderr = "(a survivor held reaper's pipes open)"
 
 
+STRAY_CGROUP = re.compile(r"(/sys/fs/cgroup/\S*?/reaper-strays\.[0-9a-f]+)")
+
+
+def held_cgroups(root: int) -> set:
+    """The reaper-strays.* cgroups a reaper at or below host pid root holds: reaper keeps
+    each one's directory open (its owner's lock, budgets/cgroupfs.py) while it lives,
+    so they are found whatever it logged."""
+    found = set()
+    for pid in [root, *descendants(root)]:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                m = STRAY_CGROUP.match(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if m:
+                found.add(m.group(1))
+    return found
+
+
 @pytest.fixture
 def reaper():
     """Factory: reaper(args, pid1=True, ...) -> Reaper; everything is killed afterwards,
-    and the stray cgroups a killed reaper could not remove (named in its log) with it."""
-    import re
-
+    and the stray cgroups a killed reaper could not remove with it (Reaper.kill)."""
     started = []
 
     def start(args, **kw):
@@ -376,19 +439,21 @@ def reaper():
     yield start
     for r in started:
         r.kill()
-        for base in set(re.findall(r"in (/sys/fs/cgroup/\S+/reaper-strays\.[0-9a-f]+)", r.stderr or "")):
-            remove_cgroup(base)
 
 
 @pytest.fixture
 def namespace():
-    """Registers an `unshare --kill-child ...` Popen; killed (and so its namespace) afterwards."""
+    """Registers an `unshare --kill-child ...` Popen; killed (and so its namespace)
+    afterwards, and the stray cgroups a reaper in it held removed."""
     started = []
     yield started.append
     for ns in started:
+        held = held_cgroups(ns.pid) if ns.poll() is None else set()
         if ns.poll() is None:
             ns.kill()
         ns.communicate()
+        for base in held:
+            remove_cgroup(base)
 
 
 @pytest.fixture(scope="session")
@@ -424,11 +489,48 @@ def summary(stderr: str) -> dict:
     raise AssertionError(f"no summary line in stderr:\n{stderr}")
 
 
-def clean_env(extra=None) -> dict:
-    """This environment without REAPER_* and TINI_* variables, plus extra."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REAPER_", "TINI_"))}
+def clean_env(extra=None, **more) -> dict:
+    """This environment without the variables reaper reads (REAPER_*, TINI_*, LISTEN_*),
+    plus extra and more."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REAPER_", "TINI_", "LISTEN_"))}
     env.update(extra or {})
+    env.update(more)
     return env
+
+
+def take_tty() -> None:
+    """preexec_fn: the child leads a new session whose controlling terminal is its stdin (a pty)."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def read_until(fd: int, done, timeout: float = 10.0, have: bytes = b"") -> bytes:
+    """What fd (a pipe, a pty's master) gave until done(have + it) is true, or, with
+    done None, until it closed (a pty's EIO: every slave fd is closed). Fails at the
+    timeout, or at an end before done."""
+    timeout *= SLOW
+    got, deadline = b"", time.monotonic() + timeout
+    while done is None or not done(have + got):
+        left = deadline - time.monotonic()
+        assert left > 0 and select.select([fd], [], [], left)[0], f"timed out after {timeout}s; got {got!r}"
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            assert done is None, f"ended early; got {got.decode(errors='replace')}"
+            return got
+        got += chunk
+    return got
+
+
+def line_with(needle) -> "callable":
+    """done for read_until: a whole line holds needle (bytes, or a compiled bytes pattern)."""
+    found = needle.search if hasattr(needle, "search") else (lambda line: needle in line)
+    return lambda out: any(found(line) for line in out.split(b"\n")[:-1])
 
 
 def one_line(stderr: bytes, prefix: str) -> str:

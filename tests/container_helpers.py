@@ -126,8 +126,8 @@ def build_wheels(dest: Path) -> None:
             (src / top).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, src / top)
     # As docker/Dockerfile.python's builder stage: the release wheel, then its dependencies.
-    _run([str(src / "scripts/build-wheel")], env={**os.environ, "OUT": str(dest), "PYTHON": sys.executable},
-         timeout=600)
+    _run([str(src / "scripts/build-wheel")], env={**os.environ, "OUT": str(dest), "PYTHON": sys.executable,
+                                                  "PLATFORMS": "manylinux2014_x86_64"}, timeout=600)
     for sdist in dest.glob("*.tar.gz"):
         sdist.unlink()
     (wheel,) = dest.glob("reaper_init-*.whl")

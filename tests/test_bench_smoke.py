@@ -24,6 +24,7 @@ def _needs_root_and_gcc():
     require("gcc", shutil.which("gcc") is not None, "apt-get install gcc")
 
 
+@pytest.mark.xdist_group("cpu-heavy")     # storms and timings: not beside the other heavy tests
 def test_quick_run_prints_every_row(tmp_path):
     out_json = tmp_path / "results.json"
     # Reaper only and a small storm: proves the script and its helper work, in a few seconds.
@@ -51,6 +52,7 @@ def test_refuses_a_missing_reaper(tmp_path):
 LEAN = BENCH.with_name("bench_lean.py")
 
 
+@pytest.mark.xdist_group("cpu-heavy")     # timings: not beside the other heavy tests
 def test_lean_bench_prints_its_rows_beside_tini_and_the_floor():
     """bench_lean.py (issue 10) in its quick form, the sections that take seconds."""
     require("tini", shutil.which("tini") is not None, "apt-get install tini")

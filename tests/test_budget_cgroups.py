@@ -79,8 +79,10 @@ def test_strays_writing_page_cache_in_their_memory_caps_leave_no_dying_cgroups(r
     files.mkdir()
     before = memory_cgroups()
     enter = None if parent_memory_cgroup is None else os.path.join(parent_memory_cgroup, "cgroup.procs")
+    scraped = tmp_path / "scraped"     # the main child ends once the test has scraped: not a race with it
     r, port = start_with_metrics(
-        reaper, [PYTHON, CHURN, "150", "10", "2", str(files)],
+        reaper, ["sh", "-c", '"$@" && until [ -e "$0" ]; do sleep 0.2; done', str(scraped),
+                 PYTHON, CHURN, "150", "10", "2", str(files)],
         ["-v", "--memory-budget", "64M", "--budget-action", "throttle", "--budget-interval", "0.1",
          "--budget-grace", "0"],
         preexec_fn=enter and (lambda: open(enter, "w").write(str(os.getpid()))))
@@ -89,6 +91,7 @@ def test_strays_writing_page_cache_in_their_memory_caps_leave_no_dying_cgroups(r
     s = wait_scrape(port, lambda s: (s.value("reaper_budget_cgroups", state="live") or 0) >= 2,
                     "reaper's stray cgroups counted", timeout=60)
     assert s.value("reaper_budget_cgroups", state="dying") == (0 if V2_ONLY else None)
+    scraped.touch()
     assert r.wait(timeout=300) == 0, r.stderr
     assert len(list(files.glob("*.done"))) == 150                      # every stray wrote its 2 MiB, files kept
     actions = summary(r.stderr)["budget_actions"]

@@ -8,19 +8,10 @@ import signal
 import pytest
 
 import budget_helpers as bh
+from budget_helpers import FAST, V1_CPU, needs_v1
 from conftest import PYTHON, remove_cgroup, wait_for
 
-FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
-V1_CPU = "/sys/fs/cgroup/cpu"
-
-pytestmark = pytest.mark.xdist_group("cpu-heavy")     # CPU shares are measured
-
-
-def _v1_writable() -> bool:
-    return os.geteuid() == 0 and os.access(V1_CPU, os.W_OK) and os.path.exists(f"{V1_CPU}/cpu.cfs_quota_us")
-
-
-needs_v1 = pytest.mark.skipif(not _v1_writable(), reason="needs root and a writable cgroup v1 cpu hierarchy")
+heavy = pytest.mark.xdist_group("cpu-heavy")   # CPU shares are measured: one at a time (not parsing tests)
 
 
 @pytest.fixture
@@ -38,6 +29,7 @@ def _leaf_of(pid: int) -> str:
                     (bh.cpu_cgroup(pid)), 30, what=f"stray {pid} in a cgroup of its own")
 
 
+@heavy
 @needs_v1
 def test_a_dead_strays_cgroup_is_removed_while_reaper_runs(started):
     tag = bh.marker()
@@ -50,6 +42,7 @@ def test_a_dead_strays_cgroup_is_removed_while_reaper_runs(started):
     assert r.proc.poll() is None                      # at the next sample, not at exit
 
 
+@heavy
 @needs_v1
 def test_a_per_stray_and_a_total_budget_hold_together(started):
     tag = bh.marker()
@@ -73,6 +66,7 @@ BUSY_THEN_IDLE = ("import os, sys, time\n"
                   "time.sleep(600)\n")
 
 
+@heavy
 def test_a_stray_back_under_budget_is_resumed(started, tmp_path):
     tag, calm = bh.marker(), tmp_path / "calm"
     code = BUSY_THEN_IDLE.replace("'", "'\\''")
@@ -89,6 +83,7 @@ def test_a_stray_back_under_budget_is_resumed(started, tmp_path):
     assert re.search(r"stray \d+ \(python\S*\) back under budget: resumed", r.stderr), r.stderr   # its pid in reaper's namespace
 
 
+@heavy
 @needs_v1
 def test_a_process_that_stops_being_a_stray_is_let_go(started, tmp_path):
     # Matched by --stray-match on its command line, then it execs into something else.
@@ -122,7 +117,10 @@ def test_the_cgroup_throttle_never_sleeps_at_exit(monkeypatch):
     foreign = os.path.join(leaf, "someone-elses")
     os.mkdir(foreign)
     try:
-        monkeypatch.setattr("time.sleep", lambda s: pytest.fail(f"close() slept {s}s"))
+        from reaper.budgets import cgroupfs, throttle
+
+        for module in (throttle, cgroupfs):     # where close() runs: fails if one no longer uses time
+            monkeypatch.setattr(module.time, "sleep", lambda s: pytest.fail(f"close() slept {s}s"))
         left = cg.close()
         monkeypatch.undo()
         assert leaf in left and cg.base in left, left

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 import budget_helpers as bh
-from conftest import PYTHON, alive, refused, summary, wait_for
+from conftest import PYTHON, SLOW, alive, refused, summary, wait_for
 
 FAST = ["--budget-interval", "0.3", "--budget-grace", "0"]
 MB = 1 << 20
 BUDGET = 64 * MB
 
-pytestmark = pytest.mark.xdist_group("cpu-heavy")     # memory growth is timed against samples
+heavy = pytest.mark.xdist_group("cpu-heavy")   # memory growth is timed against samples: one at a time
 
 # Grows about 40 MB/s (4 MiB every 0.1 s, every page touched) until killed; argv ends with the tag.
 GROW = ("import sys, time\n"
@@ -37,6 +37,7 @@ needs_v1_memory = bh.needs_v1_memory
 
 def watch_peak(pid: int, until, timeout: float) -> int:
     """The stray's peak resident memory, followed until until() or its death."""
+    timeout *= SLOW
     peak, deadline = 0, time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -67,6 +68,7 @@ def _main_of(tag: str) -> int:
 GROW_DEAF = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + GROW
 
 
+@heavy
 @needs_v1_memory
 def test_throttle_caps_a_growing_stray_inside_its_own_memory_cgroup(reaper):
     tag = bh.marker()
@@ -77,6 +79,12 @@ def test_throttle_caps_a_growing_stray_inside_its_own_memory_cgroup(reaper):
     held_before = bh.private_memory(pid)                 # charged where it was: not the leaf's
     leaf = "/sys/fs/cgroup/memory" + wait_for(lambda: (lambda c: c if "reaper-strays." in c else None)(
         bh.memory_cgroup(pid)), 20, what="the stray in a memory cgroup of its own")
+    # Swap is capped too where the kernel has the file (docs/budgets.md): memory + swap is the budget.
+    memsw = os.path.join(leaf, "memory.memsw.limit_in_bytes")
+    if os.path.exists(memsw):
+        limits = [int(open(os.path.join(leaf, f)).read())
+                  for f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")]
+        assert limits == [BUDGET, BUDGET], limits
     peak = watch_peak(pid, lambda: False, 30)            # it grows until the cgroup's OOM killer ends it
     assert peak < 2 * BUDGET, f"the stray reached {peak / MB:.0f} MiB"
     # The leaf's limit is the whole budget; what the stray held before the move (and the
@@ -95,6 +103,7 @@ def test_throttle_caps_a_growing_stray_inside_its_own_memory_cgroup(reaper):
     assert not os.path.exists(base)                        # removed at exit
 
 
+@heavy
 def test_terminate_stops_a_growing_stray_at_the_first_sample_over_budget(reaper, tmp_path):
     tag, term = bh.marker(), tmp_path / "term"
     stray = (f"import signal, sys, time\n"
@@ -132,6 +141,7 @@ def _v2_memory() -> str:
     return ""
 
 
+@heavy
 def test_throttle_on_a_cgroup_v2_memory_controller(reaper):
     why = _v2_memory()
     if why:
@@ -159,6 +169,7 @@ IDLE_WITH_HANDLER = ("import signal, sys, time\n"
                      "time.sleep(600)\n")
 
 
+@heavy
 @pytest.mark.parametrize("action", ["nice", "throttle"])
 def test_an_idle_stray_is_terminated_at_its_max_age_and_its_handler_runs(reaper, tmp_path, action):
     tag, term = bh.marker(), tmp_path / "term"
@@ -176,6 +187,7 @@ def test_an_idle_stray_is_terminated_at_its_max_age_and_its_handler_runs(reaper,
     assert s["budget_actions"] == {"terminate": 1}, s     # no SIGKILL: the handler ended it
 
 
+@heavy
 def test_observe_only_reports_a_stray_past_its_max_age(reaper):
     tag = bh.marker()
     # The main child ends 3 s in (an event, not a sleep of the test's): by then the stray
@@ -218,10 +230,10 @@ def test_sizes_are_powers_of_1024_with_kubernetes_suffixes_too():
     assert [options.size(t) for t in ("1K", "1Ki", "2G", "2Gi", "4096")] == [1024, 1024, 2 << 30, 2 << 30, 4096]
 
 
-def test_watch_takes_the_memory_and_age_options():
+def test_watch_takes_the_memory_and_age_options(monkeypatch):
     from reaper import commands
 
-    os.environ.pop("REAPER_MEMORY_BUDGET", None)
+    monkeypatch.delenv("REAPER_MEMORY_BUDGET", raising=False)
     cfg = commands._watch_config(["--memory-budget", "1G", "--stray-max-age", "60", "--metrics-port", "1"])
     assert cfg.memory_budget == 1 << 30 and cfg.stray_max_age == 60
 
@@ -300,6 +312,7 @@ def _memory_base(pid: int) -> str:
     return "/sys/fs/cgroup/memory" + path.rsplit("/", 1)[0]
 
 
+@heavy
 @needs_v1_memory
 def test_stale_stray_cgroups_are_removed_at_start_and_a_live_reapers_kept(reaper, namespace):
     """Two reapers, each PID 1 of its own namespace (so both have pid 1): one is killed
@@ -328,6 +341,7 @@ def test_stale_stray_cgroups_are_removed_at_start_and_a_live_reapers_kept(reaper
     assert not os.path.exists(live_base)       # removed by its own reaper at exit
 
 
+@heavy
 @needs_v1_memory
 def test_at_exit_with_no_drain_strays_are_moved_back_and_resumed(reaper, tmp_path):
     """A subreaper (not PID 1: its strays outlive it) with --no-drain: its capped strays
@@ -420,6 +434,7 @@ def samples_go_on(port: int, n: int = 5):
                        f"{n} more budget samples")
 
 
+@heavy
 @needs_v1_memory
 def test_throttle_terminates_a_stray_already_over_its_memory_budget_when_found(reaper, tmp_path):
     """A stray that already holds more than its budget when it is first seen cannot be
@@ -464,6 +479,7 @@ def test_throttle_terminates_a_stray_already_over_its_memory_budget_when_found(r
     assert "kill" not in s and "oom_kill" not in s, s
 
 
+@heavy
 @pytest.mark.parametrize("action", ["observe", "nice"])
 def test_observe_and_nice_log_and_count_a_stray_over_its_memory_budget(reaper, tmp_path, action):
     """observe and nice hold no memory: a stray over its memory budget is logged once and
@@ -507,6 +523,7 @@ def test_observe_and_nice_log_and_count_a_stray_over_its_memory_budget(reaper, t
     assert summary(r.stderr)["budget_actions"] == want, r.stderr
 
 
+@heavy
 def test_terminate_over_the_memory_total_ends_the_biggest_stray_first(reaper, tmp_path):
     """Two strays, each under --memory-budget, together over --memory-budget-total: the one
     holding most is terminated (its handler runs), and then the other, which fits the
@@ -545,6 +562,7 @@ def test_terminate_over_the_memory_total_ends_the_biggest_stray_first(reaper, tm
     assert summary(r.stderr)["budget_actions"].get("terminate") == 1, r.stderr
 
 
+@heavy
 @needs_v1_memory
 def test_throttle_holds_the_memory_total_by_ending_the_biggest(reaper, tmp_path):
     """throttle with --memory-budget-total: two strays, capped while small, then growing,
@@ -619,6 +637,7 @@ def _resident(pid: int) -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@heavy
 def test_a_stray_is_judged_by_what_it_alone_holds_not_by_pages_it_shares(reaper, tmp_path):
     """A stray forked from a job holding 120 MiB shows about 128 MiB resident while it has
     allocated nothing: under --memory-budget 64M it is left alone, and its memory is
@@ -671,6 +690,7 @@ REFILL = ("import os, sys, time\n"
           "time.sleep(600)\n")
 
 
+@heavy
 @needs_v1_memory
 def test_a_capped_stray_that_frees_what_it_held_is_never_killed_below_its_budget(reaper, tmp_path):
     from metrics_helpers import start_with_metrics

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
 import budget_helpers as bh
 from conftest import PYTHON, importable, pids_with_arg, require, wait_for
 
-pytestmark = pytest.mark.xdist_group("cpu-heavy")
+heavy = pytest.mark.xdist_group("cpu-heavy")   # CPU shares are measured: one at a time (not parsing tests)
 
 BUSY = "import time\nwhile True:\n    t = time.monotonic() + 0.025\n    while time.monotonic() < t: pass\n    time.sleep(0.025)\n"
 RENAMED = ("import ctypes, sys\n"
@@ -38,6 +39,7 @@ def _fake_launcher(d) -> str:
     return str(path)
 
 
+@heavy
 def test_renamed_and_spoofed_processes_are_strays(reaper, tmp_path):
     tags = {name: bh.marker() for name in ("raylet", "gcs_server", "child", "exec_a", "launcher")}
     cmds = [f"{PYTHON} -c '{_q(RENAMED)}' raylet {tags['raylet']}",
@@ -71,6 +73,7 @@ def test_the_detector_itself_on_spoofs_and_on_this_python():
     assert ray.kind(me, bh.stat(me)["start"]) is None      # pytest: a Python interpreter, not Ray's script
 
 
+@heavy
 @pytest.mark.ray
 def test_the_detector_knows_rays_own_launcher_and_not_a_copy(tmp_path):
     """The console script pip installed with Ray (listed in its RECORD, same hash) is
@@ -102,11 +105,14 @@ def test_the_detector_knows_rays_own_launcher_and_not_a_copy(tmp_path):
     assert kinds == {"real": "ray_start", "copy": None}, kinds
 
 
+@heavy
 def test_a_fake_ray_layout_beside_a_launcher_is_not_rays_and_breaks_nothing(tmp_path):
     """A stray can build prefix/bin/ray beside prefix/lib/pythonX/site-packages/ray (with
     a _raylet.so) and a RECORD of its own: one that lists the script with another hash or
     with none (a NUL where the hash goes; an older csv cannot even read it) makes it no
-    launcher, and never an error."""
+    launcher, and never an error. The control: the same layout with the script's own
+    hash is Ray's launcher (a detector that always says no fails here)."""
+    import base64
     import hashlib
     import subprocess
     from reaper.budgets.ray import RayProcesses
@@ -119,9 +125,12 @@ def test_a_fake_ray_layout_beside_a_launcher_is_not_rays_and_breaks_nothing(tmp_
     (tmp_path / "bin").mkdir()
     launcher = _fake_launcher(tmp_path / "bin")
     digest = hashlib.sha256(b"something else").hexdigest()
+    # As a wheel's RECORD writes it (PEP 376/427: urlsafe base64 of the sha256, no padding).
+    own = base64.urlsafe_b64encode(hashlib.sha256(Path(launcher).read_bytes()).digest()).rstrip(b"=").decode()
     kinds = {}
     for name, record in (("other hash", f"../../../bin/ray,sha256={digest},1\n"),
-                         ("no hash", "../../../bin/ray,\0x\n")):
+                         ("no hash", "../../../bin/ray,\0x\n"),
+                         ("its own hash", f"../../../bin/ray,sha256={own},1\n")):
         (site / "ray-9.dist-info" / "RECORD").write_text(record)
         p = subprocess.Popen([PYTHON, launcher, bh.marker()])
         try:
@@ -131,9 +140,10 @@ def test_a_fake_ray_layout_beside_a_launcher_is_not_rays_and_breaks_nothing(tmp_
         finally:
             p.kill()
             p.wait()
-    assert kinds == {"other hash": None, "no hash": None}, kinds
+    assert kinds == {"other hash": None, "no hash": None, "its own hash": "ray_start"}, kinds
 
 
+@heavy
 @pytest.mark.parametrize("planted", ["fifo", "dev-zero", "huge"])
 def test_a_planted_record_never_blocks_nor_floods_reaper(tmp_path, planted):
     """Issue 20, point 1: a stray's own layout with RECORD as a FIFO (an open for reading

@@ -4,22 +4,19 @@ Quiet by default (and the levels), the working-directory race, job control (sign
 a real interactive bash under a pty), SIGCONT in the drain, --no-drain, pause mode,
 LISTEN_PID, tini's -l. Every case through real processes, signals and terminals.
 """
-import fcntl
 import os
 import pty
-import select
 import signal
 import subprocess
-import termios
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, check_user_can_run, children_of, descendants, importable, proc_status,
-                      py, refused, require, run_reaper, summary, wait_for, wait_for_file)
-from metrics_helpers import start_with_metrics
+from conftest import (PYTHON, REAPER, UNSHARE, check_user_can_run, children_of, clean_env, descendants, importable,
+                      proc_status, py, read_until, refused, require, run_reaper, summary, take_tty, wait_for,
+                      wait_for_file)
+from metrics_helpers import get, start_with_metrics
 
 # A main child that leaves an orphan behind (news: the drain ends it).
 LEAVES_ORPHAN = ["sh", "-c", "sleep 30 & exit 0"]
@@ -27,15 +24,9 @@ LEAVES_ORPHAN = ["sh", "-c", "sleep 30 & exit 0"]
 REAPS_ORPHAN = ["sh", "-c", "(sh -c 'exit 4' &); sleep 1"]
 
 
-def _clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REAPER_", "TINI_", "LISTEN_"))}
-    env.update(extra)
-    return env
-
-
 def _run(args, env=None, pid1=True, cwd=None, timeout=30):
     cmd = [*(UNSHARE if pid1 else []), REAPER, *args]
-    return subprocess.run(cmd, env=_clean_env(**(env or {})), cwd=cwd, stdin=subprocess.DEVNULL,
+    return subprocess.run(cmd, env=clean_env(**(env or {})), cwd=cwd, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -114,46 +105,22 @@ def _pty_session(argv, steps, timeout=20.0):
     """Runs argv on a new pty (its controlling terminal); steps: [(bytes to type, bytes
     to await)]; returns all the pty printed until it closed, and the exit status."""
     master, slave = pty.openpty()
-
-    def take_tty():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
     p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, preexec_fn=take_tty,
-                         env=_clean_env(TERM="dumb"))
+                         env=clean_env(TERM="dumb"))
     os.close(slave)
     out = b""
     try:
         for typed, awaited in steps:
             if typed:
                 os.write(master, typed)
-            out += _read_until(master, lambda b: awaited in b if awaited else True, timeout)
-        out += _read_until(master, None, timeout)
+            out += read_until(master, lambda b: awaited in b if awaited else True, timeout)
+        out += read_until(master, None, timeout)
         return out, p.wait(timeout)
     finally:
         os.close(master)
         if p.poll() is None:
             p.kill()
             p.wait()
-
-
-def _read_until(master: int, done, timeout: float, have: bytes = b"") -> bytes:
-    """Reads master until done(all so far) is true, or (done None) until the pty closes."""
-    got, deadline = b"", time.monotonic() + timeout
-    while done is None or not done(have + got):
-        left = deadline - time.monotonic()
-        assert left > 0, f"pty: timed out; got {got!r}"
-        if not select.select([master], [], [], left)[0]:
-            continue
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:                      # EIO: every slave fd is closed
-            chunk = b""
-        if not chunk:
-            assert done is None, f"pty closed early; got {got!r}"
-            return got
-        got += chunk
-    return got
 
 
 def test_on_a_terminal_the_user_sees_exactly_the_childs_output():
@@ -268,12 +235,7 @@ def test_ctrl_z_and_fg_in_an_interactive_bash(tmp_path):
     # fg resumes cat in the foreground, reading the terminal.
     prompt = b"PROMPT-9> "
     master, slave = pty.openpty()
-
-    def take_tty():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-    env = _clean_env(TERM="dumb", PS1=prompt.decode(), HISTFILE="/dev/null")
+    env = clean_env(TERM="dumb", PS1=prompt.decode(), HISTFILE="/dev/null")
     bash = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=slave, stdout=slave, stderr=slave,
                             preexec_fn=take_tty, env=env)
     os.close(slave)
@@ -282,7 +244,7 @@ def test_ctrl_z_and_fg_in_an_interactive_bash(tmp_path):
     def expect(needle: bytes, count: int = 1):
         nonlocal out
         mark = len(out)
-        out += _read_until(master, lambda b: b[mark:].count(needle) >= count, 20, have=out)
+        out += read_until(master, lambda b: b[mark:].count(needle) >= count, 20, have=out)
 
     def cat_pid():
         for pid in descendants(bash.pid):
@@ -318,6 +280,66 @@ def test_ctrl_z_and_fg_in_an_interactive_bash(tmp_path):
         os.write(master, b"echo status=$?\n")
         expect(b"status=0\r\n")
         assert b"reaper[" not in out, out
+        os.write(master, b"exit\n")
+        assert bash.wait(20) == 0
+    finally:
+        os.close(master)
+        if bash.poll() is None:
+            for pid in descendants(bash.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            bash.kill()
+            bash.wait()
+
+
+def test_ctrl_z_and_bg_leaves_the_terminal_to_the_shell(tmp_path):
+    """docs/reaper.md: continued by `bg`, reaper continues its child's group and leaves
+    the terminal to the shell (it gives it back only on `fg`)."""
+    prompt = b"PROMPT-7> "
+    ticks = tmp_path / "ticks"
+    master, slave = pty.openpty()
+    bash = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=take_tty, env=clean_env(TERM="dumb", PS1=prompt.decode(), HISTFILE="/dev/null"))
+    os.close(slave)
+    out = b""
+
+    def expect(needle: bytes):
+        nonlocal out
+        mark = len(out)
+        out += read_until(master, lambda b: needle in b[mark:], 20, have=out)
+
+    def ticker():
+        for pid in descendants(bash.pid):
+            try:
+                if proc_status(pid)["Name"] == "sh":
+                    return pid
+            except OSError:
+                pass
+        return None
+
+    def count() -> int:
+        return len(ticks.read_text()) if ticks.exists() else 0
+
+    try:
+        expect(prompt)
+        os.write(master, f"{REAPER} -- sh -c 'while :; do echo >> {ticks}; sleep 0.05; done'\n".encode())
+        child = wait_for(ticker, 20, what="the ticker to run")
+        wait_for(lambda: os.tcgetpgrp(master) == os.getpgid(child), what="the ticker in the foreground")
+        os.write(master, b"\x1a")               # ^Z
+        expect(prompt)
+        wait_for(lambda: _state(child) == "T", what="the ticker stopped")
+        os.write(master, b"bg\n")
+        expect(prompt)
+        wait_for(lambda: _state(child) != "T", what="the ticker continued")
+        seen = count()
+        wait_for(lambda: count() > seen + 2, 20, what="the ticker ticking in the background")
+        assert os.tcgetpgrp(master) == os.getpgid(bash.pid), "bg took the terminal from the shell"
+        reaper_pid = int(proc_status(child)["PPid"])
+        assert _state(reaper_pid) != "T"
+        os.write(master, b"set -b; kill %1\n")   # -b: the shell reports the job's end at once
+        expect(b"Exit 143")
         os.write(master, b"exit\n")
         assert bash.wait(20) == 0
     finally:
@@ -448,8 +470,7 @@ def test_pause_serves_metrics_and_budgets(reaper):
 
     def scrape():
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-                text = resp.read().decode()
+            text = get(port, timeout=2)[2]
         except OSError:
             return ""
         return text if 'reaper_reaped_total{kind="orphan"' in text.replace(", ", ",") else ""
@@ -491,7 +512,7 @@ def test_pause_takes_no_command(tmp_path):
 def test_listen_pid_naming_reaper_is_rewritten_to_the_childs_pid(pid1):
     # sh sets LISTEN_PID to its own pid and execs reaper in its place, as systemd does.
     script = f'LISTEN_PID=$$ LISTEN_FDS=1 exec {REAPER} -- sh -c \'echo "$LISTEN_PID $$ $LISTEN_FDS"\''
-    p = subprocess.run([*(UNSHARE if pid1 else []), "sh", "-c", script], env=_clean_env(),
+    p = subprocess.run([*(UNSHARE if pid1 else []), "sh", "-c", script], env=clean_env(),
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     listen, own, fds = p.stdout.split()
@@ -530,7 +551,7 @@ def test_kuberay_ulimit_falls_back_to_the_hard_limit_quietly():
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 4096))
     # Not root (root could raise the hard limit): uid 1000 with a hard limit of 4096.
     p = subprocess.run(["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "bash", "-c", script],
-                       env=_clean_env(KUBERAY_GEN_RAY_START_CMD="ulimit -n"), preexec_fn=low_hard_limit,
+                       env=clean_env(KUBERAY_GEN_RAY_START_CMD="ulimit -n"), preexec_fn=low_hard_limit,
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and p.stderr == "", p.stderr
     assert p.stdout == "4096\n"

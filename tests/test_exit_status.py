@@ -137,6 +137,18 @@ def test_exit_zero_on_stop(reaper):
     assert r.wait() == 1
 
 
+# docs/reaper.md: boolean variables take 1/0, true/false, yes/no, on/off (any case).
+@pytest.mark.parametrize("value, expect", [("1", 0), ("true", 0), ("YES", 0), ("On", 0),
+                                           ("0", 1), ("false", 1), ("no", 1), ("OFF", 1)])
+def test_exit_zero_on_stop_from_the_variable_in_every_spelling(reaper, value, expect):
+    """The variable where it changes the status: a stop that the child answers with 1."""
+    child = ["sh", "-c", "trap 'exit 1' TERM; echo up; while :; do sleep 1 & wait; done"]
+    r = reaper(["--", *child], env={"REAPER_EXIT_ZERO_ON_STOP": value})
+    assert r.readline() == "up"
+    r.send(signal.SIGTERM)
+    assert r.wait() == expect, r.stderr
+
+
 def test_remap_exit():
     assert run_reaper(["-e", "143", "--", "sh", "-c", "kill $$"]).proc.returncode == 0
     assert run_reaper(["-e", "143", "-e", "3", "--", "sh", "-c", "exit 3"]).proc.returncode == 0

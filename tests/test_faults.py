@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -100,32 +99,17 @@ def test_a_non_utf8_argument_is_passed_and_shown_escaped(reaper, pid1):
 
 # --- 3. no room for a process, no free file descriptor -----------------------------
 
-class PidsCgroup:
-    """A cgroup v1 pids directory of the test's own, with a pids.max."""
-
-    def __init__(self, limit: int) -> None:
-        root = Path("/sys/fs/cgroup/pids")
-        if not (root / "cgroup.procs").exists():
-            pytest.skip("no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids")
-        self.path = root / f"reaper-test-{uuid.uuid4().hex[:8]}"
-        self.path.mkdir()
-        (self.path / "pids.max").write_text(str(limit))
-
-    def join(self) -> None:           # preexec_fn: the child moves itself in before exec
-        with open(self.path / "cgroup.procs", "w") as f:
-            f.write(str(os.getpid()))
-
-    def remove(self) -> None:
-        remove_cgroup(self.path)
-
-
 def test_a_failed_fork_of_the_main_child_is_one_line_and_exit_1(tmp_path):
-    cg = PidsCgroup(2)               # unshare and reaper fit, the main child does not
+    from metrics_helpers import in_pids_cgroup
+
+    cg = in_pids_cgroup(2)            # unshare and reaper fit, the main child does not
+    if cg is None:
+        pytest.skip("needs root and a cgroup-v1 pids hierarchy")
     marker = tmp_path / "ran"
     try:
-        r = run_reaper(["--", "touch", str(marker)], preexec_fn=cg.join)
+        r = run_reaper(["--", "touch", str(marker)], preexec_fn=cg[1])
     finally:
-        cg.remove()
+        remove_cgroup(cg[0])
     assert r.proc.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot start 'touch': Resource temporarily unavailable" in lines[0], lines

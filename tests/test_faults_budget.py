@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, check_user_can_run, free_port, host_pid_below, summary_file, wait_for,
-                      wait_for_file)
+from conftest import (PYTHON, START_NICE, REAPER, UNSHARE, check_user_can_run, free_port, host_pid_below,
+                      summary_file, wait_for, wait_for_file)
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 import budget_helpers as bh
+from budget_helpers import FAST
 
 ROOT = os.geteuid() == 0
-FAST = ["--budget-grace", "1", "--budget-window", "2", "--budget-interval", "0.5"]
 BUDGET = 0.1
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root to run reaper as uid 1000 beside root's processes")
@@ -131,7 +131,7 @@ def test_watch_as_uid1000_names_a_root_stray_once_and_holds_its_own(namespace, t
     assert s.value("reaper_budget_actions_total", action="not_permitted") == 1    # not once per sample
     assert s.value("reaper_budget_info", mechanism="sigstop") == 1
     st = bh.stat(root)
-    assert st["state"] != "T" and st["nice"] == 0 and os.sched_getscheduler(root) == os.SCHED_OTHER
+    assert st["state"] != "T" and st["nice"] == START_NICE and os.sched_getscheduler(root) == os.SCHED_OTHER
 
     os.kill(watch, signal.SIGTERM)
     assert wait_for_file(tmp_path / "watch-rc", 20) == "0"
@@ -163,13 +163,14 @@ def test_subreaper_as_uid1000_leaves_a_setuid_root_stray_alone_and_throttles_its
         (mine,) = wait_for(lambda: bh.pids_tagged(mine_tag), 20, what="uid 1000's stray")
         # Root for good (real, effective, saved), yet an orphan of reaper's: its stray.
         wait_for(lambda: bh.proc_uid(root) == 0, 10, what="the setuid stray to become root")
-        assert bh.stat(root)["ppid"] == bh.stat(mine)["ppid"] == r.pid
+        # Orphans of reaper's once their subshell has exited (an event, not yet at their exec).
+        wait_for(lambda: bh.stat(root)["ppid"] == bh.stat(mine)["ppid"] == r.pid, 10, what="both strays adopted")
         wait_for(lambda: bh.stat(mine)["state"] == "T", 30, what="uid 1000's stray stopped by duty-cycling")
         # Beside a busy root stray that nothing may throttle, duty-cycling at SCHED_IDLE
         # lands below the budget by more than the usual 20% (0.073 of 0.1 seen in CI):
         # the cap is the claim, the floor only says "not starved".
         bh.assert_rate_near([mine], BUDGET, low=0.5)
-        assert bh.stat(root)["state"] != "T" and bh.stat(root)["nice"] == 0
+        assert bh.stat(root)["state"] != "T" and bh.stat(root)["nice"] == START_NICE
 
         # SIGTERM: the drain resumes its own stray (it ignores SIGTERM) and nothing stops it again.
         r.send(signal.SIGTERM)
@@ -190,6 +191,7 @@ def test_subreaper_as_uid1000_leaves_a_setuid_root_stray_alone_and_throttles_its
     assert s["budget_actions"]["throttle_sigstop"] >= 1, s
 
 
+@pytest.mark.xdist_group("cpu-heavy")     # a busy stray's CPU is measured: not beside the other heavy tests
 def test_a_stray_the_cgroup_refuses_is_duty_cycled_to_its_budget(reaper, tmp_path):
     """throttle with a working cgroup that will not take this stray (the move fails):
     one WARN line, and the stray is held to its budget by SIGSTOP/SIGCONT instead."""

@@ -1,10 +1,8 @@
 """The exporter cannot hurt PID 1: a connection flood, an empty /proc, no room for a
 thread. Real reapers, real HTTP; bench/abuse.py's Flooding holds the connections."""
 import gzip
-import http.client
 import os
 import re
-import select
 import socket
 import subprocess
 import sys
@@ -13,24 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REAPER, UNSHARE, free_port, proc_status, wait_for, remove_cgroup
-from metrics_helpers import Scrape, get, in_pids_cgroup, refuse_http_thread, start_with_metrics, wait_healthy
+from conftest import PYTHON, REAPER, UNSHARE, free_port, line_with, proc_status, read_until, remove_cgroup, wait_for
+from metrics_helpers import Scrape, get, in_pids_cgroup, refuse_http_thread, request, start_with_metrics, wait_healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from abuse import Flooding  # noqa: E402  (one copy for the test and the benchmark)
 
 IDLE, SLOW = 1000, 300          # SLOW alone is above the server's 256 connections: it must evict
-
-
-def request(port: int, method: str, path: str, headers=None, body=None, timeout: float = 10.0):
-    """(status, headers dict with lower-case names, body bytes) of one real request."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
 
 
 def raw(port: int, data: bytes) -> bytes:
@@ -116,6 +103,39 @@ def test_methods_paths_and_encodings(reaper):
     assert r.proc.poll() is None
 
 
+def test_a_collection_that_fails_is_a_500_and_the_server_goes_on():
+    """docs/metrics.md: a scrape whose collection fails answers 500 (logged at debug
+    level only); the next scrape, and /healthz, are answered as usual."""
+    from prometheus_client import CollectorRegistry
+
+    from reaper import httpserver, metrics
+
+    class Failing:
+        fail = True
+
+        def collect(self):
+            if Failing.fail:
+                raise RuntimeError("a collector that fails")
+            return []
+
+    registry = CollectorRegistry()
+    registry.register(Failing())
+    port = free_port()
+    sock = socket.create_server(("127.0.0.1", port))
+    with StderrPipe() as err:
+        server = httpserver.Server(sock, metrics._routes(registry, err.log), err.log)
+        server.start()
+        try:
+            status, _, body = request(port, "GET", "/metrics")
+            assert (status, body) == (500, b"collection failed\n")
+            assert request(port, "GET", "/healthz")[0] == 200
+            Failing.fail = False
+            assert request(port, "GET", "/metrics")[0] == 200
+        finally:
+            server.stop()
+        assert err.lines() == []                    # debug level only: nothing at -v
+
+
 def test_head_matches_get_exactly_on_a_fixed_registry():
     """The same routes and server in this process, over real HTTP, on metrics that do
     not change between two scrapes: HEAD's headers are GET's, byte for byte."""
@@ -127,7 +147,9 @@ def test_head_matches_get_exactly_on_a_fixed_registry():
     Gauge("fixed_value", "A value that does not move", registry=registry).set(42)
     port = free_port()
     sock = socket.create_server(("127.0.0.1", port))
-    server = httpserver.Server(sock, metrics._routes(registry, _Log()), _Log())
+    from reaper.log import Log
+
+    server = httpserver.Server(sock, metrics._routes(registry, Log()), Log())
     server.start()
     try:
         for accept in ("", "application/openmetrics-text; version=1.0.0"):
@@ -193,7 +215,7 @@ def test_exporter_start_failure_leaves_metrics_off_and_the_child_supervised(tmp_
                              "--", PYTHON, "-c", child, str(go)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=cg[1])
     try:
-        err = _read_until(proc.stderr, re.compile(rb"metrics.*\boff\b"), 30)
+        err = read_until(proc.stderr.fileno(), line_with(re.compile(rb"metrics.*\boff\b")), 30)
         with pytest.raises(ConnectionRefusedError):       # the socket is closed, not left hanging
             socket.create_connection(("127.0.0.1", port), timeout=5)
         go.touch()
@@ -210,40 +232,58 @@ def test_exporter_start_failure_leaves_metrics_off_and_the_child_supervised(tmp_
     assert len(re.findall(r"metrics.*\boff\b", text)) == 1, text
 
 
-def _read_until(pipe, pattern, timeout: float) -> bytes:
-    """What pipe gave until a line matched pattern; fails at EOF or timeout."""
-    fd, out = pipe.fileno(), b""
-    deadline = time.monotonic() + timeout
-    while not any(pattern.search(line) for line in out.splitlines()):
-        left = deadline - time.monotonic()
-        assert left > 0 and select.select([fd], [], [], left)[0], f"no {pattern.pattern!r} in time: {out!r}"
-        chunk = os.read(fd, 65536)
-        assert chunk, f"stderr ended without {pattern.pattern!r}: {out.decode(errors='replace')}"
-        out += chunk
-    return out
-
-
 # --- in this process: the exporter's own failure handling ---------------------------------
 
-class _Log:
-    def __init__(self) -> None:
-        self.lines = []
-        self.dropped = 3
+class StderrPipe:
+    """fd 2 is a pipe of the test's own while it is open, for a real reaper Log made
+    inside: the first `full` lines it writes find the pipe full and are dropped (and
+    counted, as reaper counts them); .lines() are (level, message) of the rest."""
 
-    def _add(self, level, msg):
-        self.lines.append((level, msg))
+    def __init__(self, full: int = 0) -> None:
+        self.full, self.buf = full, b""
 
-    def error(self, msg):
-        self._add("error", msg)
+    def __enter__(self):
+        from reaper.log import Log
 
-    def warn(self, msg):
-        self._add("warn", msg)
+        self.r, w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(w, False)
+        filler = 0
+        for size in (4096, 1):                  # to the last byte: a line never fits
+            try:
+                while True:
+                    filler += os.write(w, b"x" * size)
+            except BlockingIOError:
+                pass
+        self.saved = os.dup(2)
+        os.dup2(w, 2)
+        os.close(w)
+        self.log = Log(verbosity=2)
+        for n in range(self.full):
+            self.log.warn(f"line {n} that finds stderr full")
+        while filler:                            # room again: the lines after reach the pipe
+            filler -= len(os.read(self.r, min(filler, 65536)))
+        return self
 
-    def info(self, msg):
-        self._add("info", msg)
+    def lines(self) -> list:
+        try:
+            while True:
+                chunk = os.read(self.r, 65536)
+                if not chunk:
+                    break
+                self.buf += chunk
+        except BlockingIOError:
+            pass
+        out = []
+        for line in self.buf.decode().splitlines():
+            level, _, msg = line.partition(": ")[2].partition(" ")
+            out.append((level.lower(), msg))
+        return out
 
-    def debug(self, msg):
-        self._add("debug", msg)
+    def __exit__(self, *exc) -> None:
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        os.close(self.r)
 
 
 def _exporter(port: int, log):
@@ -260,7 +300,13 @@ def _exporter(port: int, log):
 def test_abort_after_a_failed_start_releases_everything(monkeypatch):
     """The HTTP thread cannot start after the sampler did: start() raises with the
     sampler stopped and the port closed; abort() never raises, even twice."""
-    port, log = free_port(), _Log()
+    port, err = free_port(), StderrPipe()
+    with err:
+        _abort_after_a_failed_start(port, err.log, monkeypatch)
+        assert not [ln for ln in err.lines() if ln[0] in ("error", "warn")], err.lines()
+
+
+def _abort_after_a_failed_start(port, log, monkeypatch):
     x = _exporter(port, log)
     refuse_http_thread(monkeypatch)
     scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
@@ -272,7 +318,6 @@ def test_abort_after_a_failed_start_releases_everything(monkeypatch):
         socket.create_connection(("127.0.0.1", port), timeout=5)
     x.abort()
     x.abort()
-    assert not [ln for ln in log.lines if ln[0] in ("error", "warn")], log.lines
 
 
 def test_a_failing_sampler_piece_is_switched_off_and_starts_again(tmp_path, monkeypatch):
@@ -285,8 +330,13 @@ def test_a_failing_sampler_piece_is_switched_off_and_starts_again(tmp_path, monk
     stat.write_text("cpu  1 0 1 10 0 0 0 0\ncpu0 1 0 1 10 0 0 0 0\n")
     real = nodestats.CpuSampler
     monkeypatch.setattr(nodestats, "CpuSampler", lambda: real(str(tmp_path)))
-    port, log = free_port(), _Log()
-    x = _exporter(port, log)
+    with StderrPipe(full=3) as err:
+        assert err.log.dropped == 3 and err.lines() == []     # the real Log counted what it lost
+        _switched_off_and_on_again(free_port(), err, stat)
+
+
+def _switched_off_and_on_again(port, err, stat):
+    x = _exporter(port, err.log)
     scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
     x.start(scope)
     try:
@@ -298,7 +348,7 @@ def test_a_failing_sampler_piece_is_switched_off_and_starts_again(tmp_path, monk
         assert s.value("reaper_source_available", source="proc") == 1
         assert not s.samples("reaper_node_cpu_busiest_ratio") and not s.samples("reaper_node_cpus")
         assert s.value("reaper_log_lines_dropped_total") == 3
-        warned = [msg for level, msg in log.lines if level in ("warn", "error")]
+        warned = [msg for level, msg in err.lines() if level in ("warn", "error")]
         assert len(warned) == 1 and "per-core CPU" in warned[0] and "switched off" in warned[0], warned
         assert "starting it again in 1 s" in warned[0], warned
         assert x._sampler.is_alive()                       # the other pieces go on
@@ -306,6 +356,6 @@ def test_a_failing_sampler_piece_is_switched_off_and_starts_again(tmp_path, monk
         wait_for(lambda: x.cpu is not None, 10, 0.02, what="per-core CPU to start again")
         s = Scrape(get(port)[2])
         assert s.value("reaper_source_available", source="proc_stat") == 1
-        assert any("per-core CPU started again" in msg for level, msg in log.lines if level == "info"), log.lines
+        assert any("per-core CPU started again" in msg for level, msg in err.lines() if level == "info"), err.lines()
     finally:
         x.abort()

@@ -69,8 +69,13 @@ def test_zero_wakeups_when_idle(reaper):
     _idle_child(r)
 
     def switches():
-        st = proc_status(r.pid)
-        return int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
+        """{thread id: context switches}: every thread's, not the leader's alone (a busy
+        second thread would show only in its own /proc/PID/task/TID/status)."""
+        out = {}
+        for tid in os.listdir(f"/proc/{r.pid}/task"):
+            st = proc_status(f"{r.pid}/task/{tid}")
+            out[tid] = int(st["voluntary_ctxt_switches"]) + int(st["nonvoluntary_ctxt_switches"])
+        return out
 
     before = switches()
     time.sleep(3)          # the measurement window itself: no event to await

@@ -112,6 +112,32 @@ def test_dockerfiles(name):
         assert cfg.budgets_enabled and cfg.budget_action in options.BUDGET_ACTIONS
 
 
+def test_readme_links_are_absolute_into_the_repository():
+    """PyPI shows README.md away from the repository: every link is absolute, and one into
+    the repository (pyproject.toml's Source URL) names a file that exists."""
+    source = re.search(r'^Source = "(https://[^"]+)"$', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    links = re.findall(r"\]\(([^)\s]+)\)", (REPO / "README.md").read_text())
+    assert len(links) >= 15
+    for link in links:
+        assert link.startswith("https://"), link
+        if link.startswith(source + "/"):
+            path = re.fullmatch(re.escape(source) + r"/(?:blob|tree)/main/([^#]+)(#.*)?", link).group(1)
+            assert (REPO / path).exists(), link
+
+
+def test_dockerfile_python_needs_nothing_of_debians_python3():
+    """Debian's python3 has no headers and refuses pip installs (PEP 668): the builder adds
+    the headers and venv when missing and builds reaper in a virtualenv of its own, which
+    the final stage copies; nothing is pip-installed into the image's Python.
+    .ci/check-image builds and runs it on Debian's python3."""
+    text = (REPO / "docker/Dockerfile.python").read_text()
+    builder, final = text.split("\nFROM ${BASE_IMAGE}\n")
+    assert "python3-dev" in builder and "python3-venv" in builder
+    assert "python3 -m venv /opt/reaper" in builder
+    assert "COPY --from=builder /opt/reaper /opt/reaper" in final
+    assert "pip install" not in final and "--break-system-packages" not in text
+
+
 def test_dockerignore_keeps_build_artefacts_out():
     ignored = (REPO / ".dockerignore").read_text().split()
     for pattern in ("build", "**/*.so", "**/*.egg-info", ".git"):

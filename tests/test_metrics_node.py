@@ -307,7 +307,8 @@ def test_pids_in_use_against_pids_max(reaper, tmp_path):
 def test_pids_unavailable_is_reported(reaper, tmp_path):
     """In the root cgroup (no pids.current) the availability gauge says 0, and no value is made up."""
     own = [ln.split(":", 2) for ln in open("/proc/self/cgroup").read().splitlines()]
-    pids_path = next((p for _, c, p in own if "pids" in c.split(",")), None)
+    pids_path = next((p for _, c, p in own if "pids" in c.split(",")), None) or \
+        next((p for h, _, p in own if h == "0"), None)            # cgroup v2's one line
     if pids_path != "/" or os.path.exists("/sys/fs/cgroup/pids.current"):
         pytest.skip("this test runs where reaper's pids cgroup is the root")
     r, port = _metrics_reaper(reaper, tmp_path)
@@ -333,3 +334,40 @@ def test_cgroup_stat_reads_the_highest_hierarchy_in_sight(tmp_path):
         (tmp_path / "self" / "mountinfo").write_text("".join(lines[k] + "\n" for k in order))
         st = nodestats.cgroup_stat(str(tmp_path))
         assert (st.path, st.live, st.dying) == (str(host), 412, 68213), order
+
+
+MEMORY_V1 = "/sys/fs/cgroup/memory"
+
+
+def test_visible_memory_cgroups_counts_the_directories_of_the_hierarchy_reaper_sees(tmp_path):
+    """reaper_visible_memory_cgroups by value: a memory hierarchy of 7 directories (a
+    subtree of the real one, bind-mounted over the memory mount in a mount namespace of
+    reaper's own, as a container with a private cgroup view sees it), then 9 once two
+    more are made (counted every 10 s)."""
+    from conftest import REAPER, free_port
+    from metrics_helpers import wait_healthy
+
+    if os.geteuid() != 0 or not os.access(MEMORY_V1, os.W_OK):
+        pytest.skip("needs root and a writable cgroup v1 memory hierarchy")
+    base = os.path.join(MEMORY_V1, f"reaper-visible-test-{os.getpid()}-{os.urandom(3).hex()}")
+    dirs = [base] + [os.path.join(base, f"c{i}") for i in range(5)] + [os.path.join(base, "c0", "d")]
+    for d in dirs:
+        os.mkdir(d)
+    port = free_port()
+    inner = (f"mount --bind {base} {MEMORY_V1} && exec {REAPER} --metrics-port {port} "
+             f"--metrics-address 127.0.0.1 -- sleep 600")
+    p = subprocess.Popen(["unshare", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", inner],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_healthy(port)
+        s = wait_scrape(port, lambda s: s.value("reaper_visible_memory_cgroups") is not None, "a first count", 30)
+        assert s.value("reaper_visible_memory_cgroups") == 7
+        for i in (5, 6):
+            os.mkdir(os.path.join(base, f"c{i}"))
+            dirs.insert(1, os.path.join(base, f"c{i}"))
+        wait_scrape(port, lambda s: s.value("reaper_visible_memory_cgroups") == 9, "the count after two more", 40)
+    finally:
+        p.kill()
+        p.wait(30)
+        for d in reversed(sorted(dirs, key=len)):
+            remove_cgroup(d)

@@ -42,11 +42,6 @@ def _ray_bin() -> str:
     return ray
 
 
-def _cgroup_v1_cpu_writable() -> bool:
-    v1 = "/sys/fs/cgroup/cpu"
-    return os.geteuid() == 0 and os.access(v1, os.W_OK) and os.path.exists(os.path.join(v1, "cpu.cfs_quota_us"))
-
-
 def _total(samples: dict, name: str, **labels) -> float:
     return sum(v for (n, ls), v in samples.items()
                if n == name and all((k, v2) in ls for k, v2 in labels.items()))
@@ -97,18 +92,19 @@ def test_ray_head_under_reaper(reaper, shared_dir, tmp_path):
         # stray's grace and first window.
         wait_for(lambda: all((out / f"{n}.pid").exists() for n in rh.STRAYS_BUSY), 30, 0.05,
                  what="the busy strays to record their pids")
-        if _cgroup_v1_cpu_writable():
+        if bh.v1_writable():
             wait_for(lambda: all("reaper-strays." in bh.cpu_cgroup(pids[n]) for n in rh.STRAYS_BUSY),
                      30, 0.1, what="every busy stray moved into reaper's cgroup")
         else:
             started = max(os.stat(out / f"{n}.pid").st_mtime for n in rh.STRAYS_BUSY)
             time.sleep(max(0.0, started + BUDGET_GRACE + 3 - time.time()))
-        before = {n: proc_stat(pids[n])["cpu"] for n in rh.STRAYS_BUSY}
-        t0 = time.monotonic()
-        time.sleep(4)
-        used = {n: (proc_stat(pids[n])["cpu"] - before[n]) / (time.monotonic() - t0) for n in rh.STRAYS_BUSY}
-        print("stray CPU use over 4 s, in cores:", {n: round(u, 3) for n, u in used.items()})
-        assert all(u < BUDGET * 1.5 for u in used.values()), used
+        # Held from above and below (a stray stopped for good fails), each one. Beside
+        # Ray's own busy processes three capped strays were seen at 0.37 of what one
+        # unthrottled loop got: the floor is a quarter.
+        used, wall, got = bh.measure_with_control([pids[n] for n in rh.STRAYS_BUSY], BUDGET, 4)
+        print(f"stray CPU seconds over {wall:.1f} s:", {n: round(used[pids[n]], 3) for n in rh.STRAYS_BUSY})
+        for n in rh.STRAYS_BUSY:
+            bh.assert_used_near(used[pids[n]], wall, got, BUDGET, low=0.25, high=1.5)
 
         # reaper's metrics agree. Short-lived helpers keep exiting, so a zombie may be
         # seen in passing: await a scrape without one.

@@ -4,11 +4,11 @@ import os
 import pty
 import signal
 import subprocess
-import time
 
 import pytest
 
-from conftest import PYTHON, REAPER, Reaper, invoker_signals, proc_status, py, run_reaper, summary, wait_for
+from conftest import (PYTHON, REAPER, UNSHARE, Reaper, host_pid_below, invoker_signals, line_with, proc_status, py,
+                      read_until, run_reaper, summary, take_tty, wait_for)
 
 RTMAX = signal.SIGRTMAX
 # Everything a process can catch, less SIGCHLD (never forwarded) and glibc's two reserved
@@ -193,7 +193,7 @@ time.sleep(30)
     assert log.read_text().split() == ["main", "helper"]
 
 
-def test_pdeath_signal_is_forwarded_when_reapers_parent_dies(tmp_path):
+def test_pdeath_signal_is_forwarded_when_reapers_parent_dies(tmp_path, namespace):
     marker = tmp_path / "got"
     child = py(f"""
 import signal, sys, time
@@ -213,8 +213,17 @@ while not os.path.exists({str(marker)!r} + ".ready") and time.monotonic() < dead
 print(p.pid, flush=True)
 os._exit(0)
 """)
-    out = subprocess.run(parent, capture_output=True, text=True, timeout=30)
-    reaper_pid = int(out.stdout.split()[0])
+    # All in a PID namespace whose PID 1 (adopting the orphaned reaper) lives until the
+    # test ends: whatever happens, the namespace fixture takes reaper and child down.
+    holder = py(f"""
+import subprocess, sys
+print(subprocess.run({parent!r}, capture_output=True, text=True).stdout.strip(), flush=True)
+sys.stdin.read()
+""")
+    ns = subprocess.Popen([*UNSHARE, *holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    namespace(ns)
+    reaper_ns_pid = int(read_until(ns.stdout.fileno(), lambda b: b.endswith(b"\n"), 30))
+    reaper_pid = host_pid_below(ns.pid, ns_pid=reaper_ns_pid)
     wait_for(lambda: marker.exists() and marker.read_text() == "usr1", 10, what="child got USR1")
     wait_for(lambda: not os.path.exists(f"/proc/{reaper_pid}") or
              proc_status(reaper_pid)["State"].startswith("Z"), 10, what="reaper exited")
@@ -243,19 +252,6 @@ def test_child_gets_default_signals_when_the_invoker_set_none():
     assert int(fields["SigBlk"], 16) == 0 and int(fields["SigIgn"], 16) == 0
 
 
-def _read_line_with(master: int, needle: bytes, timeout: float = 10.0) -> bytes:
-    """Reads the pty until a whole line containing needle has arrived."""
-    import select
-
-    out, deadline = b"", time.monotonic() + timeout
-    while not any(needle in line for line in out.split(b"\n")[:-1]):
-        left = deadline - time.monotonic()
-        assert left > 0, f"no line with {needle!r} from the pty: {out!r}"
-        if select.select([master], [], [], left)[0]:
-            out += os.read(master, 1024)
-    return out
-
-
 def test_child_takes_the_terminal_foreground(tmp_path):
     master, slave = pty.openpty()
     probe = py("""
@@ -265,18 +261,13 @@ line = sys.stdin.readline()          # would stop with SIGTTIN if not in the for
 print("read", line.strip(), flush=True)
 """)
 
-    def take_tty():
-        os.setsid()
-        import fcntl, termios
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
     p = subprocess.Popen([REAPER, "--", *probe], stdin=slave, stdout=slave, stderr=subprocess.PIPE,
                          preexec_fn=take_tty)
     os.close(slave)
     try:
-        assert b"fg True" in _read_line_with(master, b"fg ")
+        assert b"fg True" in read_until(master, line_with(b"fg "))
         os.write(master, b"hello\n")
-        assert b"read hello" in _read_line_with(master, b"read ")
+        assert b"read hello" in read_until(master, line_with(b"read "))
         assert p.wait(10) == 0
     finally:
         os.close(master)

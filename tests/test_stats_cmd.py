@@ -5,13 +5,13 @@ import subprocess
 import pytest
 
 from budget_helpers import busy_argv, marker, orphans_then_sleep, wait_tagged
-from conftest import REAPER, free_port, proc_status, remove_cgroup, wait_for_file
+from conftest import REAPER, SLOW, free_port, proc_status, remove_cgroup, wait_for_file
 from metrics_helpers import (EVENTS_CHILD, in_pids_cgroup, send_and_confirm, start_with_metrics, wait_scrape,
                              write_script)
 
 
 def _stats(*args):
-    return subprocess.run([REAPER, "stats", *args], capture_output=True, text=True, timeout=30)
+    return subprocess.run([REAPER, "stats", *args], capture_output=True, text=True, timeout=30 * SLOW)
 
 
 def test_stats_from_url_and_file(reaper, tmp_path):
@@ -103,6 +103,7 @@ def test_stats_rejects_a_non_reaper_endpoint(tmp_path):
     assert out.returncode == 1 and "reaper_build_info missing" in out.stderr
 
 
+@pytest.mark.xdist_group("cpu-heavy")     # a busy stray acted on: not beside the other heavy tests
 def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
     """The budget, stray, cgroup and pids rows, from a reaper that acts on a real stray
     and runs inside a pids cgroup of the test's own."""
@@ -119,7 +120,7 @@ def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
         ns_pid = proc_status(stray)["NSpid"].split()[-1]       # as reaper (PID 1) sees it
         wait_scrape(port, lambda s: (s.total("reaper_budget_actions_total") or 0) >= 1 and s.samples("reaper_stray_cpu_cores"),
                     "the stray reniced and listed")
-        out = _stats("--url", f"http://127.0.0.1:{port}/metrics")
+        out = _stats("--url", f"http://127.0.0.1:{port}/metrics", "--timeout", str(5 * SLOW))
         assert out.returncode == 0, out.stderr
         rows = {}
         for ln in out.stdout.splitlines()[1:]:

@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 
+import pytest
 
 from conftest import (PYTHON, REAPER, UNSHARE, children_of, free_port, host_pid_below, proc_stat, refused_sub,
                       wait_for_file)
@@ -88,6 +89,7 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
     ns.wait(20)
 
 
+@pytest.mark.xdist_group("cpu-heavy")     # a busy stray's CPU is measured: not beside the other heavy tests
 def test_watch_enforces_budgets_when_asked(namespace, tmp_path):
     """With a CPU budget, the sidecar budgets the namespace's strays: a busy one is
     found over budget and reniced, over a real scrape and on the process itself."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import secrets
 import time
 from typing import Optional
 
@@ -85,7 +84,7 @@ def make_owned(parent: str) -> tuple:
     retries (a new name) until it holds the lock of a directory that still exists.
     Raises OSError when mkdir fails."""
     for _ in range(5):
-        path = os.path.join(parent, PREFIX + secrets.token_hex(4))
+        path = os.path.join(parent, PREFIX + os.urandom(4).hex())
         os.mkdir(path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

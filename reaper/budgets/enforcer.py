@@ -1,8 +1,11 @@
 """Budgets for strays: sample, track, act; each budget kind judges (kinds/).
 
-Every --budget-interval the enforcer refreshes the process table, finds the
-strays (strays.py), reads each one's CPU time and private memory (psutil), and
-averages the CPU over --budget-window (Usage). Then each budget kind that is on
+Every --budget-interval the enforcer reads the strays that may have changed (one
+/proc/PID/stat each: CPU, RSS, name; private memory when the RSS moved), lists /proc
+for new strays (strays.py) when a pid was handed out, and averages the CPU over
+--budget-window (Usage). Lineages whose CPU did not move for a window sleep: read
+again when reaper's cgroup's counters say something nobody read ran (pulse.py), or
+every pulse.QUIET_MAX seconds. Then each budget kind that is on
 (kinds/: cpu, memory, age, in that order) judges which strays are over its budget
 past their --budget-grace and responds through the enforcer's actions, as far as
 --budget-action goes, each step including the ones before it:
@@ -30,13 +33,14 @@ close(), and close() resumes every stray it stopped whatever failed before.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import signal
 import time
-from collections import ChainMap
+from collections import ChainMap, deque
 from typing import Optional
 
-from reaper.budgets import cleanup, escapes, hops, stray_cpus
+from reaper.budgets import cleanup, escapes, hops, pulse, stray_cpus
 from reaper.budgets.cgroupfs import read_proc_cgroup
 from reaper.budgets.kinds import ANY, REASONS, load as load_kinds
 from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_ticks, hop_from, join, lineages, \
@@ -44,11 +48,12 @@ from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_
 from reaper.procctl import Gone, Handle, NotPermitted, pidfds_work
 from reaper.budgets.strays import Finder
 from reaper.budgets.throttle import DutyCycler
-from reaper.procfs.processes import ProcTable
+from reaper.procfs.processes import CLK_TCK, ProcTable, read_counters
 
 __all__ = ["Enforcer", "Tracked", "Usage", "LEVELS"]
 
 LEVELS = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}
+KEPT_MAX = 64            # main-tree processes read each sample to explain the cgroup's CPU
 
 
 class Enforcer:
@@ -84,6 +89,19 @@ class Enforcer:
         self.unpinned: set = set()               # keys of strays reaper may not even read
         self.refusals: list = []                 # (what, pid, comm, strerror) not said yet
         self.next_sample = time.monotonic()      # first sample right away
+        budgets = [b for b in (cfg.memory_budget, cfg.memory_budget_total) if b is not None]
+        self.pulse = pulse.Pulse(min(budgets) // 4 if budgets else None)   # the cheap triggers (pulse.py)
+        self.seq = 0                             # samples so far
+        self.last_scan = float("-inf")           # when /proc was last listed
+        self.swept = True                        # this sample reads every stray
+        self.awake: dict = {}                    # id(account) -> account: its members read every sample
+        self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
+        self.age_due: list = []                  # heap (since + max age, n, account): age judged then
+        self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
+        self.regroup = True                      # a member came or went: the lineages are listed again
+        self.fresh: list = []                    # strays tracked since the last sample: read at once
+        self.rescanned = False                   # this sample listed /proc
+        self.rows_changed = True                 # the stray list is made again
         self.kinds = [kind(self) for kind in load_kinds(cfg)]   # the budgets that are on, in order
         self.cpus = None
         try:
@@ -198,39 +216,25 @@ class Enforcer:
         return not getattr(self.scope, "watch", False) and getattr(self.scope, "phase", "running") != "running"
 
     def sample(self, now: float) -> None:
+        """One sample. /proc is listed (the scan: new strays, gone ones) when a pid was
+        handed out, when the cgroup's CPU says something nobody read ran, and every
+        pulse.SCAN_EVERY seconds; every stray is read when that CPU adds up
+        (pulse.QUIET_CPU: a sweep). Otherwise only the awake lineages are read (those
+        whose CPU moved within the window, held, over, or being terminated) and the
+        sleeping strays that are due (pulse.QUIET_MAX)."""
         boot = self.boot = boot_ticks()          # before the scan: whatever starts later is new
-        self.table.refresh(now, self.finder.reapers())
-        found = self.finder.find(self.table)
+        self.seq += 1
         self.cgroup_data = {}
-
-        gone, self.late_gone = self.late_gone, []
-        for key in [k for k in self.tracked if k not in found]:
-            t = self.tracked.pop(key)
-            alive = self.tracked_alive(key)
-            self._drop(t, now, alive)
-            if not alive:
-                gone.append(t)
-        self.unpinned &= found.keys()
-        self._late_hops(gone)
-        new = []
-        for key, stray in found.items():
-            t = self.tracked.get(key)
-            if t is not None:
-                t.comm, t.cmdline = stray.comm, stray.cmdline    # it may have exec'd since
-                t.seen_before, t.seen_boot = t.seen_boot, boot
-            elif key not in self.unpinned:
-                new.append((key, stray))
-        # A hop's parent may have vanished a sample before it is seen: the members gone
-        # at the last sample count too, after this sample's.
-        self.ghosts, self.unpinnable, self.hop_seen, self.owners = {}, set(), set(), None
-        for key, stray in sorted(new, key=lambda ks: ks[0][1]):   # the oldest first: parents before children
-            self._track(key, stray, now, (gone, self.recent_gone))
-        self.recent_gone = gone
-        self.linker.prune(self.tracked)
-        self._retire()
-        self.linker.prev_boot = boot
-
+        explained = self._read_awake(now)
+        self.swept = self.pulse.account(explained) or self.draining
+        forked = self.pulse.forked()
+        # --stray-match: a process may exec into a match at any time, forking nothing.
+        if self.swept or forked or self.cfg.stray_match or now - self.last_scan >= pulse.SCAN_EVERY:
+            self.last_scan = now
+            self._scan(now, boot)
         self._measure(now)
+        if self.swept:
+            self.pulse.swept()
         self.stats.samples += 1
         self.stats.strays = len(self.tracked)
         if self.draining:
@@ -245,58 +249,227 @@ class Enforcer:
         for kind in self.kinds:
             kind.judge(now)
         self._follow_up(now)
+        self._rest(now)
         self.prev_sample = now
         self._publish()
 
+    def _scan(self, now: float, boot: int) -> None:
+        """Lists /proc: the strays found, those gone, the new ones tracked and linked."""
+        self.table.refresh(now, self.finder.reapers())
+        found = self.finder.find(self.table)
+
+        gone, self.late_gone = self.late_gone, []
+        for key in [k for k in self.tracked if k not in found]:
+            t = self.tracked.pop(key)
+            alive = self.tracked_alive(key)
+            self._drop(t, now, alive)
+            if not alive:
+                gone.append(t)
+        self.unpinned &= found.keys()
+        self._late_hops(gone)
+        new = []
+        for key, stray in found.items():
+            t = self.tracked.get(key)
+            if t is not None:
+                if t.comm != stray.comm or t.cmdline != stray.cmdline:
+                    t.comm, t.cmdline = stray.comm, stray.cmdline    # it exec'd since
+                t.seen_before, t.seen_boot = t.seen_boot, boot
+            elif key not in self.unpinned:
+                new.append((key, stray))
+        # A hop's parent may have vanished a sample before it is seen: the members gone
+        # at the last sample count too, after this sample's.
+        self.ghosts, self.unpinnable, self.hop_seen, self.owners = {}, set(), set(), None
+        for key, stray in sorted(new, key=lambda ks: ks[0][1]):   # the oldest first: parents before children
+            self._track(key, stray, now, (gone, self.recent_gone))
+        self.recent_gone = gone
+        if self.regroup:
+            self.linker.prune(self.tracked)
+        self._retire()
+        self.linker.prev_boot = boot
+        self._keep_main(self.finder.kept)
+        self.rescanned = True
+
+    def _keep_main(self, kept) -> None:
+        """The main-tree processes read each sample (if few): their CPU is not a stray's."""
+        if kept is None or len(kept) > KEPT_MAX:
+            self.kept = {}
+            return
+        procs, old = self.table.procs, self.kept
+        self.kept = {}
+        for pid in kept:
+            p = procs.get(pid)
+            if p is not None and pid != self.scope.pid:
+                key = (pid, p.start)
+                self.kept[key] = old.get(key)
+
+    def _read_awake(self, now: float) -> float:
+        """Reads the members of the awake lineages and the main tree's few processes;
+        the CPU seconds of those also read at the last sample (the cgroup's CPU they
+        explain: pulse.Pulse.account)."""
+        explained = 0
+        for key, ticks in list(self.kept.items()):
+            c = read_counters(*key)
+            if c is None:
+                del self.kept[key]
+                continue
+            if ticks is not None:
+                explained += c.cpu - ticks
+            self.kept[key] = c.cpu
+        explained /= CLK_TCK
+        for a in list(self.awake.values()):
+            for key, t in list(a.members.items()):
+                if self.tracked.get(key) is t:
+                    explained += self._read(key, t, now)
+        return explained
+
     def _measure(self, now: float) -> None:
-        """Each stray's CPU and private memory, then each lineage's CPU."""
+        """The strays not read yet this sample that must be: every one at a sweep, else
+        the new ones and the sleeping ones due. Then each lineage read: its CPU."""
+        if self.swept:
+            for key, t in list(self.tracked.items()):
+                if t.read_seq != self.seq:
+                    self._read(key, t, now)
+            self.resting.clear()
+        else:
+            for t in self.fresh:
+                if t.read_seq == 0 and self.tracked.get(t.key) is t:
+                    self._read(t.key, t, now)           # new since the last sample
+            q = self.resting
+            while q and q[0][0] <= now:
+                _, key = q.popleft()
+                t = self.tracked.get(key)
+                if t is not None and t.read_seq != self.seq and id(t.acct) not in self.awake:
+                    self._read(key, t, now)
+        self.fresh = []
+        self._count_reaped(self.rescanned)
+        self.rescanned = False
+        if self.regroup:
+            self.accounts = lineages(self.tracked.values())
+            self.regroup = False
+            self.rows_changed = True
+        self._wake_aged(now)
         cfg = self.cfg
-        for key, t in list(self.tracked.items()):
-            if t.refused is not None and t.refused.what == "read":
+        for a in list(self.awake.values()):
+            if not a.members:
                 continue
-            try:
-                cpu = t.handle.cpu_seconds()
-            except Gone:
-                self._drop(self.tracked.pop(key), now, alive=False)
-                self.late_gone.append(t)
-                continue
-            except NotPermitted as e:
-                self.refuse(t, e)
-                continue
-            except OSError as e:
-                self.once("fail-read", f"cannot read the CPU time of stray {key[0]} ({t.comm}): "
-                                       f"{e.strerror}; it is skipped while this lasts", "warn")
-                continue
-            try:
-                t.use.mem = t.handle.private_memory(exact_above=cfg.memory_budget)
-            except (Gone, OSError):
-                t.use.mem = None             # gone: dropped at the next sample
-            if t.last_cpu is None:
-                # A stray born since the last sample has used nothing but as one (0 at its fork).
-                t.base = t.last_cpu = 0.0 if t.newborn else cpu
-            elif t.read_at is not None:
-                t.prev = (t.read_at, t.last_cpu)
-            self.stats.stray_cpu_seconds += max(0.0, cpu - t.last_cpu)
-            t.last_cpu, t.read_at, t.read_boot = cpu, now, self.boot
-            if t.pred is not None:
-                hops.count_unseen(self.stats, t, self.reaped is None)
-            p = self.table.procs.get(key[0])
-            if p is not None:
-                t.ppid = p.ppid              # who reaps it: reaped.ReapedCPU.gone
-        self._count_reaped()
-        self.accounts = lineages(self.tracked.values())
-        for a in self.accounts:
             stopped = a.duty.stopped(now) if a.duty is not None else 0.0
             a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
 
-    def _count_reaped(self) -> None:
+    def _read(self, key, t: Tracked, now: float) -> float:
+        """One read of a stray (its stat; statm only when its RSS moved): its CPU and
+        private memory; its lineage is awake if its CPU moved. The CPU seconds it used
+        since the last sample if it was read then, else 0."""
+        if t.refused is not None and t.refused.what == "read":
+            return 0.0
+        seq, t.read_seq = t.read_seq, self.seq
+        try:
+            c = t.handle.read()
+        except Gone:
+            self._lose(key, t, now)
+            return 0.0
+        except NotPermitted as e:
+            self.refuse(t, e)
+            return 0.0
+        except OSError as e:
+            self.once("fail-read", f"cannot read the CPU time of stray {key[0]} ({t.comm}): "
+                                   f"{e.strerror}; it is skipped while this lasts", "warn")
+            return 0.0
+        if c.comm != t.comm:
+            self.finder.forget(key)             # it exec'd (or renamed itself): judged again
+            self.last_scan = float("-inf")
+        if c.rss != t.rss:
+            t.rss = c.rss
+            try:
+                t.use.mem = t.handle.private_memory(exact_above=self.cfg.memory_budget)
+            except (Gone, OSError):
+                t.use.mem = None                # gone: dropped at the next sample
+            self.rows_changed = True
+        cpu = c.cpu / CLK_TCK
+        if t.last_cpu is None:
+            # A stray born since the last sample has used nothing but as one (0 at its fork).
+            t.base = t.last_cpu = 0.0 if t.newborn else cpu
+        elif t.read_at is not None:
+            t.prev = (t.read_at, t.last_cpu)
+        used = max(0.0, cpu - t.last_cpu)
+        self.stats.stray_cpu_seconds += used
+        moved = cpu != t.last_cpu or c.state == "R"
+        t.last_cpu, t.read_at, t.read_boot = cpu, now, self.boot
+        if t.pred is not None:
+            hops.count_unseen(self.stats, t, self.reaped is None)
+        p = self.table.procs.get(key[0])
+        if p is not None:
+            t.ppid = p.ppid                     # who reaps it: reaped.ReapedCPU.gone
+        if moved or seq == 0:
+            self._wake(t.acct)
+        return used if seq == self.seq - 1 else 0.0
+
+    def _lose(self, key, t: Tracked, now: float) -> None:
+        """A stray found gone at its read."""
+        if self.tracked.get(key) is t:
+            self._drop(self.tracked.pop(key), now, alive=False)
+            self.late_gone.append(t)
+
+    def _wake(self, a: Account) -> None:
+        if id(a) not in self.awake:
+            self.awake[id(a)] = a
+            self.rows_changed = True
+
+    def _wake_aged(self, now: float) -> None:
+        """The sleeping lineages past --stray-max-age (or about to be): judged now."""
+        limit = self.cfg.stray_max_age
+        if limit is None:
+            return
+        h = self.age_due
+        while h and h[0][0] <= now + self.cfg.budget_interval:
+            a = heapq.heappop(h)[2]
+            if a.members:
+                self._wake(a)
+
+    def _rest(self, now: float) -> None:
+        """The awake lineages that have not moved for a whole window, are past their
+        grace and are held, over or terminated by nothing: read again when the
+        cgroup's CPU says so (a sweep) or by pulse.QUIET_MAX."""
+        if self.draining:
+            return
+        due = now + pulse.QUIET_MAX
+        for aid, a in list(self.awake.items()):
+            if not a.members:
+                del self.awake[aid]
+                continue
+            if not self._sleeping(a, now):
+                continue
+            del self.awake[aid]
+            self.once("rest", f"strays asleep: read again when the cgroup's CPU says so "
+                              f"({self.pulse.file or 'not readable: at every sample'}), "
+                              f"or every {pulse.QUIET_MAX:g}s", "debug")
+            a.use.rest(now, self.cfg.budget_window, a.since)
+            for key in a.members:
+                self.resting.append((due, key))
+            if self.cfg.stray_max_age is not None and now - a.since < self.cfg.stray_max_age:
+                heapq.heappush(self.age_due, (a.since + self.cfg.stray_max_age, id(a), a))
+
+    def _sleeping(self, a: Account, now: float) -> bool:
+        if a.use.rate != 0.0 or (self.cpus is not None and now - a.since < self.cfg.budget_grace):
+            return False
+        if a.duty is not None or a._terms or (self.cfg.stray_max_age is not None
+                                             and now - a.since >= self.cfg.stray_max_age):
+            return False
+        for s in a.kinds.values():
+            if getattr(s, "over", False) or getattr(s, "cycling", False) or getattr(s, "leaf", None):
+                return False
+        for t in a.members.values():
+            if t.term_at is not None or t.cycled or t.read_at != now or (self.cpus is not None and not t.pinned):
+                return False
+        return True
+
+    def _count_reaped(self, rescan: bool) -> None:
         """What reaper reaped of strays that no sample read (reaped.py)."""
         r = self.reaped
         if r is None:
             return
         scope = self.scope
         kept = {scope.main_pid, *getattr(scope, "supervised", ())}
-        r.read_others(self.table, scope.pid, self.tracked, kept)
+        r.read_others(self.table, scope.pid, self.tracked, kept, rescan)
         self.stats.stray_cpu_seconds += r.count()
 
     def _track(self, key, stray, now: float, gone: tuple) -> None:
@@ -325,6 +498,8 @@ class Enforcer:
         t = Tracked(key, stray, handle, now, self.kinds, acct, groups, prev is not None and key[1] >= prev)
         t.seen_boot = self.boot
         self.tracked[key] = t
+        self.fresh.append(t)
+        self.regroup = True
         self.linker.note(t)
         self.stats.strays_seen += 1
         if rule == "parent" and isinstance(via, Tracked):
@@ -395,8 +570,13 @@ class Enforcer:
         return st is not None and st[1] == key[1] and st[3] not in ("Z", "X")
 
     def lineages(self) -> list:
-        """The lineages of the strays tracked at this sample (lineage.Account)."""
-        return self.accounts
+        """The lineages the kinds judge at this sample (lineage.Account): every one at
+        a sweep or where a budget of all strays together is on, else the awake ones
+        (a sleeping lineage is over no budget, and its figures have not moved)."""
+        cfg = self.cfg
+        if self.swept or cfg.cpu_budget_total is not None or cfg.memory_budget_total is not None:
+            return self.accounts
+        return [a for a in self.awake.values() if a.members]
 
     def eligible_lineages(self, now: float) -> list:
         """The lineages past their --budget-grace whose CPU use is measured."""
@@ -484,7 +664,7 @@ class Enforcer:
 
     def _follow_up(self, now: float) -> None:
         """SIGKILL for every stray still alive --grace seconds after its SIGTERM."""
-        for t in self.tracked.values():
+        for t in [t for a in self.lineages() for t in a.members.values()]:
             if t.term_at is None or t.killed or now - t.term_at < self.cfg.grace or t.refused is not None:
                 continue
             try:
@@ -556,6 +736,7 @@ class Enforcer:
         t.acct.leave(t)
         self.emptied.append(t.acct)
         t.handle.close()
+        self.regroup = True
 
     def _count_cgroups(self) -> dict:
         try:
@@ -564,15 +745,64 @@ class Enforcer:
             return {"live": 0}
 
     def _publish(self) -> None:
+        """The counts over budget and the stray list: only the awake lineages' figures
+        move (a sleeping one is over nothing), so only their rows are made again."""
         b = self.stats
+        judged = self.lineages()
         b.over_budget = dict.fromkeys(REASONS, 0)
         for kind in self.kinds:
-            b.over_budget[kind.reason] = sum(1 for t in self.tracked.values() if kind.over(t))
+            b.over_budget[kind.reason] = sum(1 for a in judged for t in a.members.values() if kind.over(t))
         b.cgroups = self._count_cgroups()
-        self.stats.stray_list = sorted(
-            ({"pid": t.key[0], "name": t.comm, "reason": t.reason, "cpu_cores": round(_cores(t), 3),
-              "memory_bytes": t.use.mem or 0, "action": t.action, "since": round(t.since_wall, 3)}
-             for t in self.tracked.values()), key=lambda d: -d["cpu_cores"])
+        if self.rows_changed:
+            self.rows_changed = False
+            self.stats.stray_list = [_row(t) for t in self.tracked.values()]
+        else:
+            for a in judged:
+                for t in a.members.values():
+                    _row(t)
+
+
+class Row:
+    """A stray's entry in the stray list (Stats.stray_list): read as a dict (get, [],
+    keys), at a fraction of a dict's size (thousands of strays)."""
+
+    __slots__ = ("pid", "name", "reason", "cpu_cores", "memory_bytes", "action", "since")
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default) if key in Row.__slots__ else default
+
+    def __getitem__(self, key: str):
+        if key not in Row.__slots__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key) -> bool:
+        return key in Row.__slots__
+
+    def keys(self) -> tuple:
+        return Row.__slots__
+
+    def items(self) -> list:
+        return [(k, getattr(self, k)) for k in Row.__slots__]
+
+    def __iter__(self):
+        return iter(Row.__slots__)
+
+    def __len__(self) -> int:
+        return len(Row.__slots__)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+def _row(t: Tracked) -> Row:
+    """t's entry in the stray list, brought up to date in place."""
+    row = t.row
+    if row is None:
+        row = t.row = Row()
+    row.pid, row.name, row.reason, row.action = t.key[0], t.comm, t.reason, t.action
+    row.cpu_cores, row.memory_bytes, row.since = round(_cores(t), 3), t.use.mem or 0, round(t.since_wall, 3)
+    return row
 
 
 def _cores(t: Tracked) -> float:

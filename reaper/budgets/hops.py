@@ -114,6 +114,8 @@ def _hop_of(enf, pid: int, gone: list, now: float) -> Optional[Tracked]:
             t.last_cpu, t.pred = 0.0, g
             count_unseen(enf.stats, t, enf.reaped is None)
             enf.tracked[key] = t
+            enf.fresh.append(t)
+            enf.regroup = True
             enf.stats.strays_seen += 1
             enf.log.debug(f"stray {pid} ({t.comm}): {t.reason}, lineage of {g.acct.root[0]} (hop, at once)")
             return t

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from typing import Optional
 
 from reaper.procfs.processes import stat_fields
@@ -81,21 +80,40 @@ def read_groups(pid: int, start: int) -> Optional[tuple]:
 class Usage:
     """CPU time over the window (of one process, or of a lineage), and private memory."""
 
+    __slots__ = ("hist", "rate", "demand", "mem")
+
     def __init__(self) -> None:
-        self.hist: deque = deque()       # (t, cpu seconds, run seconds)
+        self.hist: list = []             # (t, cpu seconds, run seconds)
         self.rate: Optional[float] = None    # cores used, averaged over the window
         self.demand: Optional[float] = None  # cores it would use if never stopped
         self.mem: Optional[int] = None   # private memory at the last sample, bytes (Handle.private_memory)
 
     def add(self, now: float, cpu: float, run: float, window: float, interval: float) -> None:
-        """A sample: its CPU seconds, and the seconds it was let run since first seen."""
+        """A sample: its CPU seconds, and the seconds it was let run since first seen.
+        After a rest (not read for longer than the window), its CPU at the window's start
+        is taken as at its last read: what it used since counts in the window (an upper
+        bound: a sleeper that wakes is judged no later than if it had been read)."""
+        if len(self.hist) == 1 and self.hist[0][0] < now - window:
+            t0, c0, r0 = self.hist[0]
+            self.hist[0] = (now - window, c0, max(r0, run - window))
         self.hist.append((now, cpu, run))
-        while len(self.hist) > 2 and self.hist[1][0] <= now - window:
-            self.hist.popleft()
+        drop = 0
+        while len(self.hist) - drop > 2 and self.hist[drop + 1][0] <= now - window:
+            drop += 1
+        if drop:
+            del self.hist[:drop]
         t0, c0, r0 = self.hist[0]
         if now - t0 >= min(window, interval) * 0.5 and len(self.hist) > 1:
             self.rate = (cpu - c0) / (now - t0)
             self.demand = (cpu - c0) / (run - r0) if run - r0 > 1e-3 else self.rate
+
+    def rest(self, now: float, window: float, since: float) -> None:
+        """It did not move over the window: one point is all it keeps (its CPU was the
+        same since the window's start, or since it was first seen)."""
+        if self.hist:
+            t, c, r = self.hist[-1]
+            back = min(window, now - since)
+            self.hist = [(t - back, c, max(0.0, r - back))]
 
     def last_rate(self) -> Optional[float]:
         """Cores used between the last two samples; None before there are two."""
@@ -108,6 +126,9 @@ class Usage:
 class Account:
     """One lineage: what its members share. kinds: what each budget kind keeps of it."""
 
+    __slots__ = ("root", "since", "since_wall", "members", "use", "gone_cpu", "duty", "_terms", "_escapes",
+                 "_settled", "kinds")
+
     def __init__(self, root: tuple, since: float, on: list, stray) -> None:
         self.root = root                 # (pid, start) of the first member seen
         self.since = since               # monotonic: its first member's first sample
@@ -116,10 +137,30 @@ class Account:
         self.use = Usage()               # the lineage's CPU (every member's, the gone ones' too)
         self.gone_cpu = 0.0              # CPU counted of members gone
         self.duty = None                 # throttle.DutyCycler.Group: its members' stops, once made
-        self.terms: dict = {}            # reason -> (monotonic, boot ticks) of its first SIGTERM
-        self.escapes: dict = {}          # reason -> times a member left the cgroup it belongs in
-        self.settled: dict = {}          # reason -> since when every member has been in that cgroup
+        # Made on first use (most lineages never need them): terms, escapes, settled.
+        self._terms = self._escapes = self._settled = None
         self.kinds = {k.reason: k.state(stray) for k in on}
+
+    @property
+    def terms(self) -> dict:
+        """reason -> (monotonic, boot ticks) of its first SIGTERM."""
+        if self._terms is None:
+            self._terms = {}
+        return self._terms
+
+    @property
+    def escapes(self) -> dict:
+        """reason -> times a member left the cgroup it belongs in."""
+        if self._escapes is None:
+            self._escapes = {}
+        return self._escapes
+
+    @property
+    def settled(self) -> dict:
+        """reason -> since when every member has been in that cgroup."""
+        if self._settled is None:
+            self._settled = {}
+        return self._settled
 
     def cpu(self) -> float:
         """CPU the lineage used, as far as reaper saw it."""
@@ -139,6 +180,11 @@ class Tracked:
     """One stray, pinned by (pid, start) (handle: procctl.Handle): what the enforcer
     knows of it and did to it. What it shares with its lineage (its first sight, the
     CPU, what each budget kind keeps: kinds[reason]) is its account, acct."""
+
+    __slots__ = ("key", "handle", "comm", "cmdline", "reason", "groups", "newborn", "acct", "use", "base",
+                 "last_cpu", "read_at", "prev", "action", "refused", "niced", "pinned", "cycled", "term_at",
+                 "term_reason", "killed", "placed", "read_boot", "seen_boot", "seen_before", "tail_counted",
+                 "pred", "ppid", "carried", "read_seq", "rss", "row")
 
     def __init__(self, key, stray, handle, now: float, on: list, acct: "Optional[Account]" = None,
                  groups: Optional[tuple] = None, newborn: bool = False) -> None:
@@ -172,6 +218,9 @@ class Tracked:
         self.pred: Optional["Tracked"] = None    # the member gone before it was born: hops.count_unseen
         self.ppid = stray.ppid           # its parent at the last sample: who reaps it (reaped.py)
         self.carried = 0.0               # CPU read of the members it reaped (reaped.py)
+        self.read_seq = 0                # the enforcer's sample that read it last (0: never)
+        self.rss: Optional[int] = None   # its RSS at that read: private memory is read again when it moves
+        self.row: Optional[dict] = None  # its entry in the stray list (Stats.stray_list)
 
     def own_rate(self) -> Optional[float]:
         """Cores it used between its last two reads; None before there are two."""

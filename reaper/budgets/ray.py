@@ -35,9 +35,6 @@ Ray's, and PID 1 never waits longer for it.
 """
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import io
 import os
 import re
@@ -60,6 +57,9 @@ CLASSIFY_TIMEOUT = 0.5         # seconds the loop waits for one process's files 
 
 def _record_hash(data: bytes) -> str:
     """A file's hash as a wheel's RECORD writes it (PEP 376/427: urlsafe base64, no padding)."""
+    import base64
+    import hashlib          # here: its OpenSSL costs megabytes of PID 1's memory, and few strays are Ray's
+
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
@@ -319,6 +319,8 @@ class RayProcesses:
                 names = [n for n in os.listdir(root + site) if n.startswith("ray-") and n.endswith(".dist-info")]
             except OSError:
                 names = []
+            import csv
+
             for n in names:
                 try:     # a site beside the script may be anybody's: a bad RECORD (a FIFO,
                          # /dev/zero, too large, not csv) is no RECORD, and never blocks reaper

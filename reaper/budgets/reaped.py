@@ -51,19 +51,26 @@ class ReapedCPU:
             p.carried += cpu
         # else: reaped by a process that is not a stray (a Ray worker): never in the total.
 
-    def read_others(self, table, reaper: int, strays, kept) -> None:
+    def read_others(self, table, reaper: int, strays, kept, rescan: bool = True) -> None:
         """One stat of each of reaper's children that is neither a stray nor kept (the
-        main child, the services); those gone since the last sample are taken off."""
+        main child, the services); those gone since the last sample are taken off.
+        They are looked for among reaper's children at a rescan (the table was listed
+        again), else those found then are read again."""
         seen = {}
-        for pid in table.children.get(reaper, ()):
-            if pid in kept:
-                continue
-            p = table.procs.get(pid)
-            if p is None or (pid, p.start) in strays:
-                continue
+        if rescan:
+            found = []
+            for pid in table.children.get(reaper, ()):
+                if pid in kept:
+                    continue
+                p = table.procs.get(pid)
+                if p is not None and (pid, p.start) not in strays:
+                    found.append((pid, p.start))
+        else:
+            found = list(self.others)
+        for pid, start in found:
             st = read_stat(pid)
-            if st is not None and st[1] == p.start:
-                seen[(pid, p.start)] = st[4] / CLK_TCK
+            if st is not None and st[1] == start:
+                seen[(pid, start)] = st[4] / CLK_TCK
         for key, cpu in self.others.items():
             if key not in seen:
                 self.read += cpu

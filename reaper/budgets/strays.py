@@ -25,6 +25,7 @@ from reaper.budgets.ray import RayProcesses
 from reaper.procfs.processes import ProcTable, read_cmdline, read_comm, read_stat
 
 RAY_IDLE = "ray::IDLE"
+REJUDGE_EVERY = 300.0    # seconds: a stray's command line is read again at least this often
 
 
 class Stray(NamedTuple):
@@ -44,6 +45,10 @@ class Finder:
         self.ray_aware = cfg.ray_aware
         self.ray = RayProcesses()
         self.ray_seen = False            # a raylet was found at some point
+        self.ray_kept = 0                # entries of ray.cache after its last prune
+        self.judged: dict = {}           # (pid, start) -> _judge(): the strays' verdicts, kept
+        self.full_at = float("-inf")     # the table's full read these verdicts date from
+        self.kept = None                 # the processes of the trees reaper keeps, at the last find
 
     @property
     def watch(self) -> bool:
@@ -59,12 +64,14 @@ class Finder:
         me = self.scope.pid
         found: dict = {}                 # pid -> reason
 
+        self.kept = None                 # the main tree's processes (not in watch mode)
         if self.watch:
             visible = None               # the whole namespace
             roots = [p.pid for p in procs.values() if p.ppid == 1 and p.pid != me]
         else:
             keep = [self.scope.main_pid, *self.scope.supervised]
             kept = table.descendants([k for k in keep if k is not None])
+            self.kept = kept
             mine = table.descendants([me])
             # As PID 1 the namespace is reaper's; as a subreaper, only its descendants.
             visible = None if self.scope.is_pid1 else mine
@@ -101,21 +108,44 @@ class Finder:
                     found[p.pid] = "match"
 
         strays = {}
+        judged, self.judged = self.judged, {}
+        if table.last_full - self.full_at >= REJUDGE_EVERY:
+            # Every verdict afresh now and then: an exec that keeps the name (exec -a, the
+            # same program) or a new argv is seen within REJUDGE_EVERY.
+            judged, self.full_at = {}, table.last_full
         for pid, reason in found.items():
             p = procs.get(pid)
             if p is None or pid == me or pid == 1 or p.ppid == 0 or pid in ray_system:
                 continue
-            cmd = read_cmdline(pid)
-            if not cmd and not _has_program(pid):
-                continue             # a zombie or a kernel thread: nothing to budget
-            # An empty command line alone proves nothing: a process may blank its own
-            # argv (setproctitle("")) to look like one. /proc decides, not the process.
-            if any(rx.search(cmd) for rx in self.protect) or self.ray.kind(pid, p.start) is not None:
-                continue
-            strays[(pid, p.start)] = Stray(pid, p.start, p.ppid, read_comm(pid) or p.comm, cmd, reason)
-        if len(self.ray.cache) > 512:
+            key = (pid, p.start)
+            seen = judged.get(key)
+            if seen is None or seen[0] != p.comm:
+                seen = self._judge(pid, p)
+            self.judged[key] = seen
+            if seen[1] is not None:
+                strays[key] = Stray(pid, p.start, p.ppid, seen[2], seen[1], reason)
+        if len(self.ray.cache) > max(512, 2 * self.ray_kept):
             self.ray.prune({(p.pid, p.start) for p in procs.values()})
+            self.ray_kept = len(self.ray.cache)      # pruned again once it doubles
         return strays
+
+    def _judge(self, pid: int, p) -> tuple:
+        """(comm as the table had it, command line or None if not a stray, comm now):
+        kept per (pid, start) while its comm stays (an exec renames it): a sleeping
+        stray's command line is not read again every sample."""
+        cmd = read_cmdline(pid)
+        if not cmd and not _has_program(pid):
+            return p.comm, None, ""      # a zombie or a kernel thread: nothing to budget
+        # An empty command line alone proves nothing: a process may blank its own
+        # argv (setproctitle("")) to look like one. /proc decides, not the process.
+        if any(rx.search(cmd) for rx in self.protect) or self.ray.kind(pid, p.start) is not None:
+            return p.comm, None, ""
+        self.ray.cache.pop((pid, p.start), None)    # not Ray's: judged holds that (a few bytes a stray)
+        return p.comm, cmd, read_comm(pid) or p.comm
+
+    def forget(self, key) -> None:
+        """key was seen to exec (or rename itself): judged afresh at the next scan."""
+        self.judged.pop(key, None)
 
 
 def _has_program(pid: int) -> bool:

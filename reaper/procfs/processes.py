@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, NamedTuple, Optional
 
-FULL_EVERY = 30.0
+FULL_EVERY = 120.0
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -65,6 +65,47 @@ def read_stat(pid: int) -> Optional[tuple]:
         return (int(f[1]), int(f[19]), comm, f[0].decode(), int(f[11]) + int(f[12]))
     except (IndexError, ValueError):
         return None
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+class Counters(NamedTuple):
+    """What one read of /proc/PID/stat tells of a process found earlier."""
+    state: str        # R S D Z T ...
+    cpu: int          # utime + stime, clock ticks (every thread's)
+    rss: int          # resident memory, bytes
+    comm: str         # the kernel's name: a new one after an exec (or a prctl)
+
+
+def read_counters(pid: int, start: int) -> Optional[Counters]:
+    """pid's counters if it is still the process that started at start (a reused pid has
+    another start time); None if gone or reused. One short read."""
+    st = stat_fields(pid, maxsplit=22)
+    if st is None:
+        return None
+    comm, f = st
+    try:
+        if int(f[19]) != start:
+            return None
+        return Counters(f[0].decode(), int(f[11]) + int(f[12]), int(f[21]) * PAGE, comm)
+    except (IndexError, ValueError):
+        return None
+
+
+def last_pid(proc: str = "/proc") -> Optional[int]:
+    """The pid handed out last in this PID namespace (/proc/loadavg's last field): it
+    moves at every fork, and only then. None if unreadable."""
+    try:
+        fd = os.open(f"{proc}/loadavg", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return int(os.read(fd, 128).split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_proc(pid: int, inode: int = 0) -> "Proc | None":
@@ -118,10 +159,22 @@ def descendants(table: dict, root: int) -> set:
 def read_children(pid: int) -> list:
     """Direct children of pid's main thread (one small read)."""
     try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            return [int(x) for x in f.read().split()]
+        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
     except OSError:
         return []
+    try:
+        # Large reads: the kernel walks the list of children again at every read() call.
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return [int(x) for x in b"".join(chunks).split()]
+    except (OSError, ValueError):
+        return []
+    finally:
+        os.close(fd)
 
 
 def _read_small(pid: int, name: str, limit: int, proc: str = "/proc") -> bytes:

@@ -97,6 +97,16 @@ LEAK_FACTOR = 1.5      # a lineage alone in its cgroup that used more than this 
 LEAK_SLACK = 0.05      # ...plus this many cores over a whole sample is not held by it (escapes.py)
 
 
+_NONE: frozenset = frozenset()
+
+
+def _done(s, key) -> None:
+    """key's autogroup needs nothing more (a set per lineage only once one does)."""
+    if s.autogroup_done is _NONE:
+        s.autogroup_done = set()
+    s.autogroup_done.add(key)
+
+
 class State:
     """What the CPU budget keeps of one lineage."""
 
@@ -107,7 +117,7 @@ class State:
         self.over = False
         self.over_since: Optional[float] = None
         # Members whose autogroup was reniced, or needs none (Handle.autogroup_nice).
-        self.autogroup_done: set = set()
+        self.autogroup_done: set = _NONE     # a set of its own once one is added
         self.leaf: Optional[str] = None  # cpu cgroup directory its members are held in
         self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
         self.fraction = 1.0              # share of each duty period they may run
@@ -206,21 +216,21 @@ class Kind(_Kind):
         # may be reniced; not so for --stray-match.
         s = a.kinds["cpu"]
         if t.reason == "match":
-            s.autogroup_done.add(t.key)
+            _done(s, t.key)
             return
         try:
             done = t.handle.autogroup_nice(19)
         except Gone:
-            s.autogroup_done.add(t.key)
+            _done(s, t.key)
             return
         except OSError as e:            # NotPermitted too: the file may be root's when the stray is not
             if e.errno == errno.EAGAIN:
                 return      # unprivileged: one autogroup change per 100 ms, machine-wide; next sample
-            s.autogroup_done.add(t.key)
+            _done(s, t.key)
             self.enf.once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
                                                  f"{e.strerror}; going on without it", "warn")
             return
-        s.autogroup_done.add(t.key)
+        _done(s, t.key)
         if done:
             self.enf.count("autogroup_nice", "cpu")
 
@@ -369,7 +379,8 @@ class Kind(_Kind):
     def drop(self, t, alive: bool) -> None:
         """t is no longer a stray: out of its lineage's cgroup (the cgroup goes with the
         lineage's last member: retire)."""
-        t.kinds["cpu"].autogroup_done.discard(t.key)
+        if t.key in t.kinds["cpu"].autogroup_done:
+            t.kinds["cpu"].autogroup_done.discard(t.key)
         leaf = t.placed.pop("cpu", None)
         if leaf is None or self.cgroup is None or not alive:
             return
