@@ -261,6 +261,7 @@ def why_user_cannot_run(uid: int, argv: list) -> str:
     capabilities (subprocess drops to uid before it, and a process whose uids are all
     non-zero has none): setpriv would exec with root's capabilities, past a directory
     uid cannot search."""
+    uid = int(uid)                      # "65534" is a uid, never a user or group name
     try:
         p = subprocess.run(argv, user=uid, group=uid, extra_groups=[], capture_output=True, text=True,
                            timeout=30, cwd="/")

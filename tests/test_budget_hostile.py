@@ -404,7 +404,7 @@ forked = False
 last = time.monotonic()
 # In a cgroup of reaper's: held. Stopped and resumed (a gap in its loop): held by the duty
 # cycle; only looked for there (on a busy host any process sees such gaps).
-by_cgroup = sys.argv[2] == "cgroup_v1"
+by_cgroup = sys.argv[1] == "cgroup_v1"
 while time.monotonic() < end:
     now = time.monotonic()
     held = "reaper-strays." in open("/proc/self/cgroup").read() if by_cgroup else now - last > 0.04
@@ -430,7 +430,7 @@ def test_a_held_strays_child_is_held_with_it(reaper, tmp_path, mechanism):
     code = FORKS_WHEN_HELD.replace("'", "'\\''")
     kw = {"preexec_fn": bh.readonly_cgroups} if mechanism == "sigstop" else {}
     r, port = start_with_metrics(
-        reaper, bh.orphans_then_sleep(f"{PYTHON} -c '{code}' {tag} {mechanism}"),
+        reaper, bh.orphans_then_sleep(f"{PYTHON} -c '{code}' {mechanism} {tag}"),
         ["--cpu-budget", "0.2", "--budget-action", "throttle", "--budget-grace", "1", "--budget-interval", "0.5",
          "--budget-window", "2", "--summary-file", str(summary)], **kw)
     pids = bh.wait_tagged(tag, 2, timeout=30)

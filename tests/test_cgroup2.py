@@ -87,6 +87,10 @@ def _rmdir(d: Path) -> bool:
         return False
 
 
+def _root_stat(key: str) -> int:
+    return int(dict(line.split() for line in (ROOT / "cgroup.stat").read_text().splitlines())[key])
+
+
 def _held_below(base: Path) -> int:
     st = dict(line.split() for line in (base / "cgroup.stat").read_text().splitlines())
     return int(st["nr_dying_descendants"])
@@ -103,8 +107,17 @@ def test_dying_cgroups_are_counted_from_cgroup_stat_by_reaper_and_reaper_node(re
     dying = s.value("reaper_cgroup_v2_descendants", state="dying")
     assert dying is not None and dying >= n, dying
     assert s.value("reaper_cgroup_v2_descendants", state="live") >= 1          # the test's own cgroup
-    wait_scrape(port, lambda s: s.value("reaper_cgroup_v2_descendants", state="dying") == _root_dying(),
-                "reaper_cgroup_v2_descendants to agree with cgroup.stat")
+    s = wait_scrape(port, lambda s: s.value("reaper_cgroup_v2_descendants", state="dying") == _root_dying(),
+                    "reaper_cgroup_v2_descendants to agree with cgroup.stat")
+    # Per controller, where the kernel counts them (nr_subsys_*: 6.11 and later); absent where not.
+    root_stat = dict(line.split() for line in (ROOT / "cgroup.stat").read_text().splitlines())
+    if "nr_dying_subsys_memory" in root_stat:
+        s = wait_scrape(port, lambda s: s.value("reaper_cgroup_v2_controller_cgroups", controller="memory",
+                                                state="dying") == _root_stat("nr_dying_subsys_memory"),
+                        "reaper_cgroup_v2_controller_cgroups to agree with cgroup.stat")
+        assert s.value("reaper_cgroup_v2_controller_cgroups", controller="memory", state="dying") >= n
+    else:
+        assert not s.samples("reaper_cgroup_v2_controller_cgroups"), s.samples("reaper_cgroup_v2_controller_cgroups")
     r.kill()
     # reaper node: the same count, and the cgroup holding them named.
     mfile = tmp_path / "node.prom"
