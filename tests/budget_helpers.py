@@ -556,7 +556,8 @@ def recycled_pid(pidfds: bool = True) -> dict:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(HERE))
+    # The installed reaper first (a source tree, as an unpacked sdist, has no built _core).
+    sys.path.append(os.path.dirname(HERE))
     what = sys.argv[1]
     out = {"close-resumes": close_resumes, "recycled-pid": recycled_pid,
            "recycled-pid-no-pidfd": lambda: recycled_pid(pidfds=False),
