@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, in_poll, proc_status, py, remove_cgroup, run_reaper,
+from conftest import (PYTHON, REAPER, START_NICE, UNSHARE, in_poll, proc_status, py, remove_cgroup, run_reaper,
                       summary, wait_for, wait_for_file)
 
 FAULTY = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py")]
@@ -431,7 +431,7 @@ def test_a_piece_a_failure_switched_off_starts_again_with_backoff(reaper):
                 "--", *bh.orphans_then_sleep(bh.busy_argv(tag, share=0.5))], exe=faulty("budget-twice"))
     pid = bh.wait_tagged(tag)[0]
     start = time.monotonic()
-    wait_for(lambda: bh.stat(pid)["nice"] > 0, 30, what="the budgets to nice the stray after two restarts")
+    wait_for(lambda: bh.stat(pid)["nice"] > START_NICE, 30, what="the budgets to nice the stray after two restarts")
     assert time.monotonic() - start >= 2.5        # not before the second restart (1 s + 2 s)
     r.send(signal.SIGTERM)
     r.wait()
