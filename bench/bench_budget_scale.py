@@ -24,27 +24,14 @@ import subprocess
 import sys
 import time
 
-TICK = os.sysconf("SC_CLK_TCK")
+from bench_budget import children, cpu   # this directory: run as a script
+
 REAPER = shutil.which("reaper") or os.path.join(os.path.dirname(sys.executable), "reaper")
 MAX_PROCS = 12000
 BUSY = 2
 # About 25 % of a core: busy 25 ms, sleep 75 ms.
 BUSY_CODE = ("import time\nwhile True:\n    t = time.monotonic() + 0.025\n"
              "    while time.monotonic() < t: pass\n    time.sleep(0.075)\n")
-
-
-def children(pid: int) -> list:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
-
-
-def cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def rss_mb(pid: int) -> float:
