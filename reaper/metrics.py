@@ -784,15 +784,17 @@ class ReaperCollector:
                                     "how memory budgets are held", labels=["mechanism", "memory_mechanism"])
         g.add_metric([getattr(b, "mechanism", "") or "none", getattr(b, "memory_mechanism", "") or "none"], 1)
         yield g
+        from reaper.stats import TOP_STRAYS
+
         strays = list(getattr(b, "stray_list", None) or [])
         for metric, doc, field in (
-                ("reaper_stray_cpu_cores", f"CPU cores used by the {TOP} busiest strays (comm, never the "
+                ("reaper_stray_cpu_cores", f"CPU cores used by the {TOP_STRAYS} busiest strays (comm, never the "
                                            "command line)", "cpu_cores"),
                 ("reaper_stray_memory_bytes", f"Private memory (what a stray alone holds: shared pages left out) "
-                                              f"of the {TOP} strays holding most (comm, never the command line)",
+                                              f"of the {TOP_STRAYS} strays holding most (comm, never the command line)",
                  "memory_bytes")):
             g = G(metric, doc, labels=["pid", "name", "action", "reason"])
-            for d in sorted(strays, key=lambda d: -float(d.get(field, 0) or 0))[:TOP]:
+            for d in sorted(strays, key=lambda d: -float(d.get(field, 0) or 0))[:TOP_STRAYS]:
                 g.add_metric([str(d.get("pid", "")), str(d.get("name", ""))[:32],
                               str(d.get("action", "") or "none"), str(d.get("reason", "") or "orphan")],
                              float(d.get(field, 0) or 0))

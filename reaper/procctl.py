@@ -140,6 +140,14 @@ class Handle:
         if st[1] != start or st[3] in ("Z", "X"):
             raise Gone(pid)
 
+    @classmethod
+    def unchecked(cls, pid: int, start: int) -> "Handle":
+        """A handle on (pid, start) without the read that checks it is there: for a
+        process just read (or found gone); every use checks it all the same."""
+        h = cls.__new__(cls)
+        h.pid, h.start, h._proc, h._pidfd = pid, start, None, None
+        return h
+
     @property
     def proc(self):
         """The psutil.Process, made on first use and checked against start then: psutil

@@ -8,6 +8,8 @@ import time
 from reaper import signals
 from reaper._native import REAP_LATENCY_BUCKETS  # the C core counts into the buckets too
 
+TOP_STRAYS = 10      # the strays the metrics name: the busiest, and those holding most memory
+
 
 class Counter(dict):
     """Counts by key; a missing key counts 0. collections.Counter's one feature used here,

@@ -153,6 +153,11 @@ def proc_status(pid: int) -> dict:
     return out
 
 
+def ns_pid(pid: int) -> int:
+    """pid as a reaper that is PID 1 of its own namespace (the innermost) names it in its log."""
+    return int(proc_status(pid)["NSpid"].split()[-1])
+
+
 @pytest.fixture
 def shared_dir(tmp_path) -> Path:
     """A directory another uid can write to (pytest's own tmp tree is private to root),

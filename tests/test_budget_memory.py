@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import budget_helpers as bh
-from conftest import PYTHON, SLOW, alive, refused, summary, wait_for
+from conftest import PYTHON, SLOW, alive, ns_pid, refused, summary, wait_for
 
 FAST = ["--budget-interval", "0.3", "--budget-grace", "0"]
 MB = 1 << 20
@@ -394,13 +394,6 @@ def holder(tmp_path, name: str, mib: int, tag: str, go=None, pre: int = 0) -> tu
     term, ready = tmp_path / f"{name}.term", tmp_path / f"{name}.ready"
     code = HOLDER.replace("'", "'\\''")
     return f"{PYTHON} -c '{code}' {term} {ready} {mib} {go or '-'} {pre} {tag}", term, ready
-
-
-def ns_pid(pid: int) -> int:
-    """pid as reaper (PID 1 of its own namespace, the innermost) names it in its log."""
-    from conftest import proc_status
-
-    return int(proc_status(pid)["NSpid"].split()[-1])
 
 
 def memory_cgroups_until(pid: int, stop, timeout: float) -> set:

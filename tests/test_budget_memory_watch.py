@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import budget_helpers as bh
-from conftest import CLK_TCK, PYTHON, REAPER, UNSHARE, alive, free_port, host_pid_below, proc_stat, proc_status, \
+from conftest import CLK_TCK, PYTHON, REAPER, UNSHARE, alive, free_port, host_pid_below, ns_pid, proc_stat, \
     wait_for, wait_for_file
 from metrics_helpers import wait_healthy, wait_scrape, write_script
 
@@ -83,10 +83,6 @@ def _stop(ns, tmp_path) -> str:
     return err
 
 
-def _ns_pid(pid: int) -> int:
-    return int(proc_status(pid)["NSpid"].split()[-1])
-
-
 @needs_v1_memory
 def test_watch_holds_memory_by_terminate_and_never_moves_the_stray(namespace, tmp_path):
     """--budget-action throttle in the sidecar: the stray is another container's process,
@@ -97,7 +93,7 @@ def test_watch_holds_memory_by_terminate_and_never_moves_the_stray(namespace, tm
     ns, pid, term, port = _start(namespace, tmp_path, ["-v", "--memory-budget", "64M", "--budget-action",
                                                        "throttle", "--budget-interval", "0.3", "--budget-grace",
                                                        "0", "--grace", "2"], GROW, tag)
-    stray_ns, before = _ns_pid(pid), bh.memory_cgroup(pid)
+    stray_ns, before = ns_pid(pid), bh.memory_cgroup(pid)
     assert "reaper-strays." not in before
     seen, peak = set(), [0]
 
@@ -144,7 +140,7 @@ def test_watch_terminates_an_idle_stray_at_its_max_age_and_its_handler_runs(name
     tag = bh.marker()
     ns, pid, term, port = _start(namespace, tmp_path, ["--stray-max-age", "2", "--budget-action", action,
                                                        "--budget-interval", "0.3", "--grace", "5"], IDLE, tag)
-    stray_ns, started = _ns_pid(pid), proc_stat(pid)["start"] / CLK_TCK     # seconds after boot
+    stray_ns, started = ns_pid(pid), proc_stat(pid)["start"] / CLK_TCK     # seconds after boot
     wait_for(lambda: not alive(pid), 30, what="the idle stray to be terminated")
     assert term.exists(), "not ended by SIGTERM (its handler did not run)"
     lived = float(term.read_text()) - started

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, alive, children_of, wait_for
+from conftest import PYTHON, alive, children_of, ns_pid, wait_for
 import budget_helpers as bh
 
 SLEEPERS = 1000
@@ -191,3 +191,85 @@ def test_sleeping_stray_ends_within_2s_of_its_max_age(own_cgroup, reaper, tmp_pa
     assert ended - born <= (max_age + 2 + 0.5) * float(os.environ.get("REAPER_TEST_SLOW", "1")), ended - born
     assert re.search(r"WARN stray \d+ .*--stray-max-age\): SIGTERM", log(r))
     os.kill(r.pid, signal.SIGTERM)
+
+
+# --- dormant strays (reaper/budgets/dormant.py): kept small, yet whole --------------------
+
+def test_a_dormant_strays_child_joins_its_lineage_and_its_age(own_cgroup, reaper, tmp_path):
+    """A stray kept dormant is still a lineage: a child it forks is linked to it (the
+    record is tracked again for that) and is as old as it is."""
+    tag = bh.marker()
+    go = fifo(tmp_path)
+    max_age = 10.0
+    code = f"import os, time\nopen(\"{go}\").close()\nos.fork()\ntime.sleep(600)\n"
+    script = f"( {PYTHON} -c '{code}' {tag} & )\n{sleepers(20)}\nexec sleep 600"
+    r = start(reaper, own_cgroup, ["--stray-max-age", str(max_age), "--budget-action", "terminate",
+                                   "--budget-interval", "0.5"], script, tmp_path)
+    (parent,) = bh.wait_tagged(tag)
+    first = time.monotonic()
+    asleep(r)
+    wait_for(lambda: time.monotonic() - first >= 4, 10, what="the parent asleep for 4 s")
+    open_fifo(go)
+    child = next(p for p in bh.wait_tagged(tag, n=2) if p != parent)
+    born = time.monotonic()
+    parent_ns, child_ns = ns_pid(parent), ns_pid(child)
+    wait_for(lambda: not alive(child), max_age + 5, interval=0.05, what="the child ended at its lineage's age")
+    # Its own age would end it max_age after its birth; its lineage's, about 6 s after.
+    assert time.monotonic() - born < max_age - 2, time.monotonic() - born
+    text = log(r)
+    # Tracked again for its child, or already because its fork moved its CPU.
+    assert re.search(rf"stray {parent_ns} \(python\S*\) tracked again: (a new stray's parent|its CPU moved)", text), \
+        "\n".join(line for line in text.splitlines() if "python" in line)
+    assert re.search(rf"stray {child_ns} \(python\S*\): orphan, lineage of {parent_ns} \(parent\)", text)
+
+
+def test_a_dormant_stray_that_execs_is_judged_again(own_cgroup, reaper, tmp_path):
+    """Two dormant shells exec into busy programs: the one whose new command line
+    --protect matches is no longer a stray and is left alone; the other is niced."""
+    keep, hold = bh.marker(), bh.marker()
+    go = fifo(tmp_path)
+    # From a file: a shell's forks show its command line, which must not hold the tags.
+    path = tmp_path / "strays.sh"
+    path.write_text(f"( ( read x < {go}; exec {bh.busy_argv(keep)} ) & )\n"
+                    f"( ( read x < {go}; exec {bh.busy_argv(hold)} ) & )\n{sleepers(20)}\nexec sleep 600\n")
+    script = f"exec sh {path}"
+    r = start(reaper, own_cgroup, ["--cpu-budget", "0.05", "--budget-action", "nice", "--protect", keep, *FAST],
+              script, tmp_path)
+    count_strays_up(r, 23)
+    asleep(r)
+    time.sleep(2)                       # both shells sleep among the others for samples
+    with open(go, "w") as f:
+        f.write("go\ngo\n")
+    (kept,) = bh.wait_tagged(keep)
+    (held,) = bh.wait_tagged(hold)
+    wait_for(lambda: bh.stat(held)["nice"] == 19, GRACE + 3 + 2, interval=0.05, what="the unprotected one reniced")
+    time.sleep(GRACE + 1)
+    assert bh.stat(kept)["nice"] != 19
+    assert re.search(r"stray \d+ \(sh\) tracked again: (it exec'd|its CPU moved)", log(r))
+
+
+def test_a_dormant_strays_memory_is_shown(own_cgroup, reaper, tmp_path):
+    """A stray kept dormant holding 64 MiB is among the strays holding most memory, and
+    counted among the strays."""
+    from metrics_helpers import start_with_metrics, wait_scrape
+
+    tag = bh.marker()
+    ready = tmp_path / "ready"
+    # It holds its memory before it is an orphan (its parent shell waits for that): a
+    # dormant stray's figures are those of its last read.
+    code = (f"import time\nheld = bytearray(64 << 20)\nheld[::4096] = b\"x\" * (len(held) // 4096)\n"
+            f"open(\"{ready}\", \"w\").close()\ntime.sleep(600)\n")
+    script = (f"( {PYTHON} -c '{code}' {tag} & while [ ! -e {ready} ]; do sleep 0.05; done )\n"
+              f"{sleepers(20)}\nexec sleep 600")
+    path = tmp_path / "reaper.log"
+    with open(path, "wb") as f:
+        r, port = start_with_metrics(reaper, ["sh", "-c", script],
+                                     ["-vv", "--cpu-budget", "0.5", "--budget-action", "observe", *FAST],
+                                     preexec_fn=joiner(own_cgroup), stderr=f)
+    r.log_path = path
+    pid = str(ns_pid(bh.wait_tagged(tag)[0]))       # as reaper names it
+    asleep(r)
+    s = wait_scrape(port, lambda s: (s.value("reaper_stray_memory_bytes", pid=pid) or 0) >= 60 << 20
+                    and s.value("reaper_processes", **{"class": "stray"}) == 21,
+                    "the dormant stray's memory shown, and 21 strays counted", timeout=20)
+    assert s.value("reaper_stray_cpu_cores", pid=pid) in (None, 0.0)

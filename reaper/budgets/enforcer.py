@@ -37,18 +37,19 @@ import heapq
 import os
 import signal
 import time
-from collections import ChainMap, deque
+from collections import deque
 from typing import Optional
 
-from reaper.budgets import cleanup, escapes, hops, pulse, stray_cpus
+from reaper.budgets import cleanup, dormant, escapes, hops, pulse, stray_cpus
 from reaper.budgets.cgroupfs import read_proc_cgroup
 from reaper.budgets.kinds import ANY, REASONS, load as load_kinds
 from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_ticks, hop_from, join, lineages, \
     read_groups
 from reaper.procctl import Gone, Handle, NotPermitted, pidfds_work
-from reaper.budgets.strays import Finder
+from reaper.budgets.strays import KNOWN, Finder
 from reaper.budgets.throttle import DutyCycler
 from reaper.procfs.processes import CLK_TCK, ProcTable, read_counters
+from reaper.stats import TOP_STRAYS
 
 __all__ = ["Enforcer", "Tracked", "Usage", "LEVELS"]
 
@@ -98,6 +99,15 @@ class Enforcer:
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
         self.age_due: list = []                  # heap (since + max age, n, account): age judged then
         self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
+        self.dormant: dict = {}                  # key -> dormant.Dormant: sleeping strays kept small
+        self.dormant_top: Optional[list] = None  # those holding most memory (_dormant_rows), until one changes
+        self.shared = dormant.Shared()           # their names and groups, one copy each
+        self.dormant_read = time.monotonic()     # when every dormant stray was last read
+        self.scan_boots = (0, 0)                 # boot ticks of the last two scans: when dormant strays were seen
+        # Budgets of all strays together judge every lineage at every sample: nothing sleeps small then.
+        self.small = cfg.cpu_budget_total is None and cfg.memory_budget_total is None
+        self.known = Known(self)
+        self.age_n = 0                           # tie-breaker of age_due's entries
         self.regroup = True                      # a member came or went: the lineages are listed again
         self.fresh: list = []                    # strays tracked since the last sample: read at once
         self.rescanned = False                   # this sample listed /proc
@@ -178,9 +188,11 @@ class Enforcer:
         if self.reaped is None:
             return
         reapers = self.finder.reapers()
+        for key in [k for k in self.dormant if not self.tracked_alive(k)]:
+            self.thaw(key)
         for key, t in list(self.tracked.items()):
             if not self.tracked_alive(key):
-                self.reaped.gone(t, self.tracked, {}, reapers)
+                self.reaped.gone(t, self.known, {}, reapers)
         self.stats.stray_cpu_seconds += self.reaped.count()
 
     def _cgroups(self) -> list:
@@ -236,7 +248,7 @@ class Enforcer:
         if self.swept:
             self.pulse.swept()
         self.stats.samples += 1
-        self.stats.strays = len(self.tracked)
+        self.stats.strays = len(self.tracked) + len(self.dormant)
         if self.draining:
             # reaper drains everything now: resume what is stopped and stand back.
             self.duty.close(now)
@@ -256,31 +268,35 @@ class Enforcer:
     def _scan(self, now: float, boot: int) -> None:
         """Lists /proc: the strays found, those gone, the new ones tracked and linked."""
         self.table.refresh(now, self.finder.reapers())
-        found = self.finder.find(self.table)
+        found = self.finder.find(self.table, self.known)
 
         gone, self.late_gone = self.late_gone, []
+        for key, d in list(self.dormant.items()):
+            why = found.get(key, False)
+            if why is False:                 # gone, or no longer a stray: dropped as a tracked one
+                self._drop_gone(self.thaw(key), now, gone)
+            elif why is not KNOWN and self.finder.verdict(key) != (d.comm, d.cmdline):
+                self.thaw(key, "it exec'd")  # judged as a tracked one
+        self.shared.prune(self.dormant.values())
+        self.scan_boots = (self.scan_boots[1], boot)     # the dormant strays left were seen now
         for key in [k for k in self.tracked if k not in found]:
-            t = self.tracked.pop(key)
-            alive = self.tracked_alive(key)
-            self._drop(t, now, alive)
-            if not alive:
-                gone.append(t)
+            self._drop_gone(self.tracked[key], now, gone)
         self.unpinned &= found.keys()
         self._late_hops(gone)
         new = []
-        for key, stray in found.items():
+        for key, why in found.items():
             t = self.tracked.get(key)
             if t is not None:
-                if t.comm != stray.comm or t.cmdline != stray.cmdline:
-                    t.comm, t.cmdline = stray.comm, stray.cmdline    # it exec'd since
+                if why is not KNOWN:
+                    t.comm, t.cmdline = self.finder.verdict(key)    # it may have exec'd since
                 t.seen_before, t.seen_boot = t.seen_boot, boot
-            elif key not in self.unpinned:
-                new.append((key, stray))
+            elif key not in self.unpinned and key not in self.dormant:
+                new.append((key, why))
         # A hop's parent may have vanished a sample before it is seen: the members gone
         # at the last sample count too, after this sample's.
         self.ghosts, self.unpinnable, self.hop_seen, self.owners = {}, set(), set(), None
-        for key, stray in sorted(new, key=lambda ks: ks[0][1]):   # the oldest first: parents before children
-            self._track(key, stray, now, (gone, self.recent_gone))
+        for key, why in sorted(new, key=lambda kw: kw[0][1]):   # the oldest first: parents before children
+            self._track(key, self.finder.stray(key, why, self.table), now, (gone, self.recent_gone))
         self.recent_gone = gone
         if self.regroup:
             self.linker.prune(self.tracked)
@@ -288,6 +304,15 @@ class Enforcer:
         self.linker.prev_boot = boot
         self._keep_main(self.finder.kept)
         self.rescanned = True
+
+    def _drop_gone(self, t: Tracked, now: float, gone: list) -> None:
+        """t, not found by this scan, is no longer tracked; if it ended, it is among the
+        members gone (a hop of it may yet appear)."""
+        self.tracked.pop(t.key)
+        alive = self.tracked_alive(t.key)
+        self._drop(t, now, alive)
+        if not alive:
+            gone.append(t)
 
     def _keep_main(self, kept) -> None:
         """The main-tree processes read each sample (if few): their CPU is not a stray's."""
@@ -325,6 +350,8 @@ class Enforcer:
     def _measure(self, now: float) -> None:
         """The strays not read yet this sample that must be: every one at a sweep, else
         the new ones and the sleeping ones due. Then each lineage read: its CPU."""
+        if self.swept or now - self.dormant_read >= pulse.QUIET_MAX:
+            self._read_dormant(now)
         if self.swept:
             for key, t in list(self.tracked.items()):
                 if t.read_seq != self.seq:
@@ -374,9 +401,8 @@ class Enforcer:
             self.once("fail-read", f"cannot read the CPU time of stray {key[0]} ({t.comm}): "
                                    f"{e.strerror}; it is skipped while this lasts", "warn")
             return 0.0
-        if c.comm != t.comm:
-            self.finder.forget(key)             # it exec'd (or renamed itself): judged again
-            self.last_scan = float("-inf")
+        if c.comm != t.comm and not self._judge_exec(key, t, c.comm, now):
+            return 0.0
         if c.rss != t.rss:
             t.rss = c.rss
             try:
@@ -403,6 +429,109 @@ class Enforcer:
             self._wake(t.acct)
         return used if seq == self.seq - 1 else 0.0
 
+    def _read_dormant(self, now: float) -> None:
+        """One read of every dormant stray: one whose CPU moved (or that runs) is tracked
+        again and read as such (it wakes); one gone is dropped as a tracked one would be;
+        one whose RSS alone moved has its private memory read again."""
+        self.dormant_read = now
+        for key, d in list(self.dormant.items()):
+            c = read_counters(*key)
+            if c is not None and c.state not in ("Z", "X") and c.cpu / CLK_TCK == d.last_cpu and c.state != "R" \
+                    and c.comm == d.comm:
+                if c.rss != d.rss:
+                    self._remeasure(d, c.rss)
+                continue
+            t = self.thaw(key, "" if c is None or c.state in ("Z", "X") else "its CPU moved, or it runs")
+            if self.tracked.get(key) is t:
+                self._read(key, t, now)
+
+    def _remeasure(self, d, rss: int) -> None:
+        """A dormant stray's private memory, read again because its RSS moved; one now
+        over its memory budget is tracked again, to be judged."""
+        try:
+            mem = Handle.unchecked(*d.key).private_memory(exact_above=self.cfg.memory_budget)
+        except (Gone, OSError):
+            mem = None
+        d.with_memory(rss, mem)
+        self.rows_changed, self.dormant_top = True, None
+        if mem is not None and self.cfg.memory_budget is not None and mem > self.cfg.memory_budget:
+            self._wake(self.thaw(d.key, "over its memory budget").acct)
+
+    def thaw(self, key, why: str = "") -> Tracked:
+        """Dormant stray key as a tracked one again (dormant.thaw), read at the next sweep
+        or by pulse.QUIET_MAX, and woken by what reads it. why: said (-vv) if given."""
+        d = self.dormant.pop(key)
+        self.dormant_top = None
+        if why:
+            self.log.debug(f"stray {key[0]} ({d.comm}) tracked again: {why}")
+        t = dormant.thaw(d, Handle.unchecked(*key), self.kinds, self.scan_boots[1], self.scan_boots[0])
+        self.tracked[key] = t
+        self.resting.append((time.monotonic() + pulse.QUIET_MAX, key))
+        self.regroup = True
+        return t
+
+    def may_sleep_small(self, a: Account) -> bool:
+        """a, resting or new, can be kept as a dormant record (dormant.py): alone in its
+        lineage, and nothing holds, marks or will judge it but what a new lineage has."""
+        if not self.small or len(a.members) != 1 or a.duty is not None or a._terms or a._escapes or a._settled:
+            return False
+        t = a.first()
+        if (t.refused is not None or t.term_at is not None or t.cycled or t.killed or t.placed or t.pred is not None
+                or t.action not in ("none", "observe") or (self.cpus is not None and not t.pinned)):
+            return False
+        budget = self.cfg.memory_budget
+        if budget is not None and (t.use.mem or 0) > budget:
+            return False                     # over once its grace ends: judged then
+        for gid in dict.fromkeys(t.groups[:2] if t.groups else ()):
+            e = self.linker.led.get(gid)
+            if gid == t.key[0] or (e is not None and e[1] is a):
+                return False                 # its groups name its lineage (Linker: group, session)
+        if any(u is t for u in self.unlinked):
+            return False                     # a hop may join it at the next sample
+        for kind in self.kinds:
+            if not kind.done_with(a) or not _as_new(a.kinds.get(kind.reason), kind):
+                return False
+        return True
+
+    def _say_asleep(self) -> None:
+        self.once("rest", f"strays asleep: read again when the cgroup's CPU says so "
+                          f"({self.pulse.file or 'not readable: at every sample'}), "
+                          f"or every {pulse.QUIET_MAX:g}s", "debug")
+
+    def _sleep_small(self, a: Account) -> None:
+        """a's only member as a dormant record; a is let go (its age is the record's)."""
+        self._say_asleep()
+        t = a.first()
+        del self.tracked[t.key]
+        self.dormant[t.key] = dormant.freeze(t, self.shared)
+        self.dormant_top = None
+        a.members.clear()
+        t.handle.close()
+        self.regroup = True
+        self._due_age(a.since, t.key)
+
+    def _due_age(self, since: float, what) -> None:
+        """what (an account, or a dormant stray's key) is judged when past --stray-max-age."""
+        limit = self.cfg.stray_max_age
+        if limit is not None:
+            self.age_n += 1
+            heapq.heappush(self.age_due, (since + limit, self.age_n, what))
+
+    def _judge_exec(self, key, t: Tracked, comm: str, now: float) -> bool:
+        """t exec'd (or renamed itself): judged again at once, before any budget acts on
+        it, and listed again at the next sample. False if it is no longer a stray (a
+        --protect'ed or Ray's program now): dropped, left alone."""
+        self.finder.forget(key)
+        self.last_scan = float("-inf")
+        verdict = self.finder.judge_now(key, comm)
+        if verdict is not None:
+            t.comm, t.cmdline = verdict
+            return True
+        if self.tracked.get(key) is t:
+            del self.tracked[key]
+            self._drop(t, now, alive=self.tracked_alive(key))
+        return False
+
     def _lose(self, key, t: Tracked, now: float) -> None:
         """A stray found gone at its read."""
         if self.tracked.get(key) is t:
@@ -422,6 +551,10 @@ class Enforcer:
         h = self.age_due
         while h and h[0][0] <= now + self.cfg.budget_interval:
             a = heapq.heappop(h)[2]
+            if isinstance(a, tuple):
+                if a not in self.dormant:
+                    continue
+                a = self.thaw(a, "past --stray-max-age").acct
             if a.members:
                 self._wake(a)
 
@@ -439,14 +572,15 @@ class Enforcer:
             if not self._sleeping(a, now):
                 continue
             del self.awake[aid]
-            self.once("rest", f"strays asleep: read again when the cgroup's CPU says so "
-                              f"({self.pulse.file or 'not readable: at every sample'}), "
-                              f"or every {pulse.QUIET_MAX:g}s", "debug")
+            self._say_asleep()
             a.use.rest(now, self.cfg.budget_window, a.since)
+            if self.may_sleep_small(a):
+                self._sleep_small(a)
+                continue
             for key in a.members:
                 self.resting.append((due, key))
             if self.cfg.stray_max_age is not None and now - a.since < self.cfg.stray_max_age:
-                heapq.heappush(self.age_due, (a.since + self.cfg.stray_max_age, id(a), a))
+                self._due_age(a.since, a)
 
     def _sleeping(self, a: Account, now: float) -> bool:
         if a.use.rate != 0.0 or (self.cpus is not None and now - a.since < self.cfg.budget_grace):
@@ -469,12 +603,12 @@ class Enforcer:
             return
         scope = self.scope
         kept = {scope.main_pid, *getattr(scope, "supervised", ())}
-        r.read_others(self.table, scope.pid, self.tracked, kept, rescan)
+        r.read_others(self.table, scope.pid, self.known, kept, rescan)
         self.stats.stray_cpu_seconds += r.count()
 
     def _track(self, key, stray, now: float, gone: tuple) -> None:
         groups = read_groups(*key)
-        known = ChainMap(self.tracked, self.ghosts)
+        known = self.known
         try:
             handle = Handle(*key)
         except Gone:
@@ -498,10 +632,13 @@ class Enforcer:
         t = Tracked(key, stray, handle, now, self.kinds, acct, groups, prev is not None and key[1] >= prev)
         t.seen_boot = self.boot
         self.tracked[key] = t
-        self.fresh.append(t)
         self.regroup = True
         self.linker.note(t)
         self.stats.strays_seen += 1
+        if acct is None and not (groups is not None and groups[2] and t.newborn) and self._sleeps_at_once(t, now):
+            self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}")
+            return
+        self.fresh.append(t)
         if rule == "parent" and isinstance(via, Tracked):
             t.placed = dict(via.placed)      # forked inside its parent's cgroups, if the parent was in them
         elif acct is not None and t.newborn:
@@ -510,6 +647,21 @@ class Enforcer:
             self.unlinked.append(t)          # a fork-copy of no lineage: a sample to find it one
         self.log.debug(f"stray {key[0]} ({stray.comm}): {stray.reason}"
                        + (f", lineage of {acct.root[0]} ({rule})" if acct is not None else ""))
+
+    def _sleeps_at_once(self, t: Tracked, now: float) -> bool:
+        """A new stray in a lineage of its own is read at once and kept dormant, if plain
+        (may_sleep_small): thousands that appear together never cost a tracked stray each.
+        A busy one is woken at the next sweep: its CPU is what nobody read (pulse.py)."""
+        if self.draining or not self.may_sleep_small(t.acct):
+            return False
+        self._read(t.key, t, now)
+        if self.tracked.get(t.key) is not t:
+            return True                      # gone at its read: dropped already
+        if t.acct.members and self.may_sleep_small(t.acct):
+            self.awake.pop(id(t.acct), None)
+            self._sleep_small(t.acct)
+            return True
+        return False
 
     def _late_hops(self, gone: list) -> None:
         """A fork-copy that opened a lineage of its own at the last sample, while the member
@@ -730,7 +882,7 @@ class Enforcer:
         else:
             self.duty.forget(t.key)
             if self.reaped is not None:
-                self.reaped.gone(t, self.tracked, self.table.procs, self.finder.reapers())
+                self.reaped.gone(t, self.known, self.table.procs, self.finder.reapers())
         for kind in self.kinds:
             kind.drop(t, alive)
         t.acct.leave(t)
@@ -755,11 +907,62 @@ class Enforcer:
         b.cgroups = self._count_cgroups()
         if self.rows_changed:
             self.rows_changed = False
-            self.stats.stray_list = [_row(t) for t in self.tracked.values()]
+            self.stats.stray_list = [_row(t) for t in self.tracked.values()] + self._dormant_rows()
         else:
             for a in judged:
                 for t in a.members.values():
                     _row(t)
+
+
+    def _dormant_rows(self) -> list:
+        """Rows of the dormant strays that may be shown: they use no CPU, so those
+        holding most memory (Stats.TOP_STRAYS of them)."""
+        if self.dormant_top is None:
+            self.dormant_top = heapq.nlargest(TOP_STRAYS, self.dormant.values(), key=lambda d: d.mem)
+        out = []
+        for d in self.dormant_top:
+            row = Row()
+            row.pid, row.name, row.reason, row.action, row.cpu_cores = d.key[0], d.comm, d.reason, d.action, 0.0
+            row.memory_bytes, since = dormant.row_figures(d)
+            row.since = round(since, 3)
+            out.append(row)
+        return out
+
+
+class Known:
+    """The strays the enforcer knows, tracked or dormant, as the linker and reaped.py
+    ask for them: get() thaws a dormant one (it is needed as a tracked one: a parent,
+    a session's maker); `in` does not."""
+
+    __slots__ = ("enf",)
+
+    def __init__(self, enf: "Enforcer") -> None:
+        self.enf = enf
+
+    def get(self, key, default=None):
+        enf = self.enf
+        t = enf.tracked.get(key)
+        if t is None:
+            t = enf.ghosts.get(key)
+        if t is None and key in enf.dormant:
+            t = enf.thaw(key, "a new stray's parent or session")
+        return default if t is None else t
+
+    def __contains__(self, key) -> bool:
+        return key in self.enf.tracked or key in self.enf.dormant
+
+    def record(self, key):
+        """The Tracked or Dormant record of key (comm, cmdline), thawing nothing."""
+        t = self.enf.tracked.get(key)
+        return self.enf.dormant.get(key) if t is None else t
+
+
+def _as_new(state, kind) -> bool:
+    """A kind's state of a lineage is as a new lineage's (nothing to keep but defaults)."""
+    if state is None:
+        return True
+    fresh = kind.state(None)
+    return all(getattr(state, f) == getattr(fresh, f) for f in type(state).__slots__)
 
 
 class Row:

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 import re
-from typing import NamedTuple
+import sys
+from typing import NamedTuple, Optional
 
 from reaper.budgets.ray import RayProcesses
-from reaper.procfs.processes import ProcTable, read_cmdline, read_comm, read_stat
+from reaper.procfs.processes import Proc, ProcTable, read_cmdline, read_comm, read_stat
 
 RAY_IDLE = "ray::IDLE"
+KNOWN = None             # find(): a stray the enforcer keeps, its verdict unchanged
 REJUDGE_EVERY = 300.0    # seconds: a stray's command line is read again at least this often
 
 
@@ -46,7 +48,8 @@ class Finder:
         self.ray = RayProcesses()
         self.ray_seen = False            # a raylet was found at some point
         self.ray_kept = 0                # entries of ray.cache after its last prune
-        self.judged: dict = {}           # (pid, start) -> _judge(): the strays' verdicts, kept
+        self.judged: dict = {}           # (pid, start) -> _judge(): verdicts of this scan (not of known strays)
+        self.forgotten: set = set()      # keys seen to exec since the last scan: judged afresh
         self.full_at = float("-inf")     # the table's full read these verdicts date from
         self.kept = None                 # the processes of the trees reaper keeps, at the last find
 
@@ -58,8 +61,12 @@ class Finder:
         """Processes whose children to re-read each sample: they adopt orphans."""
         return [1] if self.watch else [self.scope.pid]
 
-    def find(self, table: ProcTable) -> dict:
-        """(pid, start) -> Stray for every stray in the table now."""
+    def find(self, table: ProcTable, known=None) -> dict:
+        """(pid, start) -> why a stray (orphan, ray-idle, match) for every stray in the
+        table now; stray() makes its Stray. known: the strays the enforcer keeps (`in`,
+        record(key): .comm and .cmdline): one whose verdict stands maps to KNOWN, its
+        verdict kept by the enforcer only (thousands of strays: no record made twice,
+        or made again at every scan)."""
         procs = table.procs
         me = self.scope.pid
         found: dict = {}                 # pid -> reason
@@ -72,9 +79,8 @@ class Finder:
             keep = [self.scope.main_pid, *self.scope.supervised]
             kept = table.descendants([k for k in keep if k is not None])
             self.kept = kept
-            mine = table.descendants([me])
             # As PID 1 the namespace is reaper's; as a subreaper, only its descendants.
-            visible = None if self.scope.is_pid1 else mine
+            visible = None if self.scope.is_pid1 else table.descendants([me])
             roots = [c for c in table.children.get(me, ()) if c not in kept]
         # A real raylet is named raylet (its comm comes from its executable); the
         # name only picks the candidates, the executable decides.
@@ -109,7 +115,9 @@ class Finder:
 
         strays = {}
         judged, self.judged = self.judged, {}
-        if table.last_full - self.full_at >= REJUDGE_EVERY:
+        forgotten, self.forgotten = self.forgotten, set()
+        rejudge = table.last_full - self.full_at >= REJUDGE_EVERY
+        if rejudge:
             # Every verdict afresh now and then: an exec that keeps the name (exec -a, the
             # same program) or a new argv is seen within REJUDGE_EVERY.
             judged, self.full_at = {}, table.last_full
@@ -118,16 +126,36 @@ class Finder:
             if p is None or pid == me or pid == 1 or p.ppid == 0 or pid in ray_system:
                 continue
             key = (pid, p.start)
-            seen = judged.get(key)
+            if known is not None and not rejudge and key not in forgotten and key in known \
+                    and known.record(key).comm == p.comm:
+                strays[key] = KNOWN
+                continue
+            seen = None if key in forgotten else judged.get(key)
             if seen is None or seen[0] != p.comm:
                 seen = self._judge(pid, p)
             self.judged[key] = seen
             if seen[1] is not None:
-                strays[key] = Stray(pid, p.start, p.ppid, seen[2], seen[1], reason)
+                strays[key] = reason
         if len(self.ray.cache) > max(512, 2 * self.ray_kept):
             self.ray.prune({(p.pid, p.start) for p in procs.values()})
             self.ray_kept = len(self.ray.cache)      # pruned again once it doubles
         return strays
+
+    def stray(self, key: tuple, reason: str, table: ProcTable) -> Stray:
+        """The Stray find() found at key, for reason."""
+        p, seen = table.procs[key[0]], self.judged[key]
+        return Stray(key[0], key[1], p.ppid, seen[2], seen[1], reason)
+
+    def judge_now(self, key: tuple, comm: str) -> Optional[tuple]:
+        """(name, command line) of key, a stray seen to exec (its name is comm now), if it
+        is still one; None if it is not (protected, Ray's, a zombie), or is gone."""
+        seen = self._judge(key[0], Proc(key[0], 0, "S", comm, key[1]))
+        return None if seen[1] is None else (seen[2], seen[1])
+
+    def verdict(self, key: tuple) -> tuple:
+        """(name, command line) find() judged key by."""
+        seen = self.judged[key]
+        return seen[2], seen[1]
 
     def _judge(self, pid: int, p) -> tuple:
         """(comm as the table had it, command line or None if not a stray, comm now):
@@ -141,11 +169,13 @@ class Finder:
         if any(rx.search(cmd) for rx in self.protect) or self.ray.kind(pid, p.start) is not None:
             return p.comm, None, ""
         self.ray.cache.pop((pid, p.start), None)    # not Ray's: judged holds that (a few bytes a stray)
-        return p.comm, cmd, read_comm(pid) or p.comm
+        # One copy of a command line and a name: thousands of copies of one program share it.
+        return p.comm, sys.intern(cmd), sys.intern(read_comm(pid) or p.comm)
 
     def forget(self, key) -> None:
         """key was seen to exec (or rename itself): judged afresh at the next scan."""
         self.judged.pop(key, None)
+        self.forgotten.add(key)
 
 
 def _has_program(pid: int) -> bool:

@@ -14,6 +14,7 @@ parent, a subreaper deep in the tree).
 from __future__ import annotations
 
 import os
+import sys
 from typing import Iterable, NamedTuple, Optional
 
 FULL_EVERY = 120.0
@@ -113,7 +114,8 @@ def read_proc(pid: int, inode: int = 0) -> "Proc | None":
     if st is None:
         return None
     ppid, start, comm, state, _cpu = st
-    return Proc(pid, ppid, state, comm, start, inode)
+    # One copy of each name: thousands of copies of one program share it (issue 25).
+    return Proc(pid, ppid, state, sys.intern(comm), start, inode)
 
 
 def scan() -> dict:
@@ -219,7 +221,7 @@ class ProcTable:
             self.last_full = now
         old = self.procs
         procs = {}
-        stale = []
+        stale: dict = {}                # pid -> inode: to read (one dict, no tuple per process)
         for entry in os.scandir("/proc"):
             name = entry.name
             if not name[0].isdigit():
@@ -233,19 +235,19 @@ class ProcTable:
             if p is not None and p.inode == ino and not full:
                 procs[pid] = p
             else:
-                stale.append((pid, ino))
+                stale[pid] = ino
         # A parent that vanished left its children with a new parent.
         gone = old.keys() - procs.keys()
         if gone:
             for pid, p in procs.items():
                 if p.ppid in gone:
-                    stale.append((pid, p.inode))
+                    stale[pid] = p.inode
         for r in reapers:
             for pid in read_children(r):
                 p = procs.get(pid)
                 if p is not None and p.ppid != r:
-                    stale.append((pid, p.inode))
-        for pid, ino in stale:
+                    stale[pid] = p.inode
+        for pid, ino in stale.items():
             p = read_proc(pid, ino)
             self.stat_reads += 1
             if p is None:

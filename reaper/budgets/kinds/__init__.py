@@ -63,6 +63,11 @@ class Kind:
         """A new lineage's state of this kind (kept in its Account.kinds[reason]), or None."""
         return None if self.State is None else self.State(stray)
 
+    def done_with(self, acct) -> bool:
+        """Nothing is left for this kind to do to acct while it sleeps (its state as a
+        new lineage's is then all it keeps): it may be kept dormant (dormant.py)."""
+        return True
+
     def judge(self, now: float) -> None:
         """One sample, after the measures: who is over, and the response."""
 

@@ -256,6 +256,10 @@ class Kind(_Kind):
             self.enf.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
+    def done_with(self, a) -> bool:
+        """throttle moves every lineage into a memory cgroup when first judged (_confine)."""
+        return self.enf.level != 2 or a.kinds["memory"].tried
+
     def retire(self, a) -> None:
         """The lineage's last member is gone: its leaf goes back to the pool
         (memory_cgroup.py), not away: a removed leaf that still holds the strays' page
