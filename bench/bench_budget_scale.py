@@ -7,7 +7,7 @@ N sleeping orphans (`sleep 3600` spawned by a process that exits: re-parented to
 reaper) and, in the mixed rows, BUSY strays that burn about a quarter of a core each;
 then the main child sleeps.
 After --settle seconds, reaper's utime+stime is read from /proc over --seconds, and its
-RSS at the end. Every count is run with budgets off and with `--cpu-budget 0.5`
+RSS at the end (and its anonymous part). Every count is run with budgets off and with `--cpu-budget 0.5`
 (--budget-interval 1, action observe), side by side.
 
 Run as root (unshare, cgroups): python bench/bench_budget_scale.py [--counts 0,1000,4000,10000]
@@ -34,12 +34,17 @@ BUSY_CODE = ("import time\nwhile True:\n    t = time.monotonic() + 0.025\n"
              "    while time.monotonic() < t: pass\n    time.sleep(0.075)\n")
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int) -> tuple:
+    """(resident, of it anonymous) in MB. The rest is file pages (the interpreter's and
+    its libraries'), shared with every Python on the node: how many of them a process has
+    mapped varies with the page cache (fault-around maps the neighbours that are
+    cached), by a MB or two from one run to the next, budgets or not."""
+    got = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+            if line.startswith(("VmRSS:", "RssAnon:")):
+                got[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return got.get("VmRSS", 0.0), got.get("RssAnon", 0.0)
 
 
 def make_cgroup() -> "str | None":
@@ -114,13 +119,13 @@ def run(n: int, busy: int, budgets: bool, a) -> dict:
         c0, t0 = cpu(reaper), time.monotonic()
         time.sleep(a.seconds if budgets else a.off_seconds)
         used, wall = cpu(reaper) - c0, time.monotonic() - t0
-        rss = rss_mb(reaper)
+        rss, anon = rss_mb(reaper)
     finally:
         os.killpg(p.pid, signal.SIGKILL)         # unshare's group: --kill-child ends the namespace
         p.wait()
         remove_cgroup(cg)
     return {"n": n, "busy": busy, "budgets": budgets, "strays": strays, "pct": 100.0 * used / wall,
-            "rss": rss, "cgroup": cg is not None}
+            "rss": rss, "anon": anon, "cgroup": cg is not None}
 
 
 def main() -> int:
@@ -140,14 +145,14 @@ def main() -> int:
     print(f"reaper with strays: interval 1s, settle {a.settle:g}s, window {a.seconds:g}s, "
           f"{os.cpu_count()} CPUs, kernel {os.uname().release}", flush=True)
     print(f"{'strays':>7} {'busy':>5} {'off: CPU':>9} {'off: RSS':>9} {'on: CPU':>9} {'on: RSS':>9} "
-          f"{'RSS over off':>13}", flush=True)
+          f"{'RSS over off':>13} {'anon over off':>14}", flush=True)
     for mode in a.modes.split(","):
         busy = BUSY if mode == "mixed" else 0
         for n in counts:
             off = run(n, busy, False, a)
             on = run(n, busy, True, a)
             print(f"{on['strays']:>7} {busy:>5} {off['pct']:>8.2f}% {off['rss']:>6.1f} MB {on['pct']:>8.2f}% "
-                  f"{on['rss']:>6.1f} MB {on['rss'] - off['rss']:>+10.1f} MB"
+                  f"{on['rss']:>6.1f} MB {on['rss'] - off['rss']:>+10.1f} MB {on['anon'] - off['anon']:>+11.1f} MB"
                   + ("" if on["cgroup"] else "  (no cgroup of its own)"), flush=True)
     return 0
 

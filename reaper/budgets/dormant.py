@@ -3,9 +3,10 @@
 A tracked stray (lineage.Tracked) costs about 3 KB: its record, its lineage's account,
 each budget kind's state of it, a few points of CPU history. A stray that sleeps alone
 in its lineage needs none of that: its budgets judge nothing of it until its CPU moves.
-So such a stray is kept as a Dormant record instead, about 250 bytes: its identity,
-its verdict (name, command line, why a stray, groups, parent: one copy shared among
-copies of one program) and its figures packed in one bytes object.
+So such a stray is kept as one packed record instead, about 110 bytes, by pid (its
+start time in it: the record of a reused pid is not the new process's): its figures,
+and the number of its verdict (name, command line, why a stray, groups, parent,
+action taken), of which one copy is kept for all the copies of one program.
 
 A stray is dormant from its first sample when it opens a lineage of its own that needs
 nothing more (a plain new stray), or once its lineage, a plain one of one member, rests
@@ -27,24 +28,27 @@ from __future__ import annotations
 import struct
 import sys
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 from reaper.budgets.lineage import Tracked
 from reaper.budgets.strays import Stray
 
-# since, read_at, base, last_cpu, gone_cpu, carried (seconds); rss, mem, read_boot (-1: none); flags
-_NUMS = struct.Struct("<6d4q")
+# start ticks, verdict number, flags; since, read_at, base, last_cpu, gone_cpu, carried
+# (seconds); rss and private memory (KiB, NONE: unknown); read_boot (ticks, -1: none)
+_PACKED = struct.Struct("<qIB6dIIq")
+_START = struct.Struct("<q")
+_HEAD = struct.Struct("<qI")
+NONE = 0xFFFFFFFF
 NEWBORN, NICED, PINNED, RESTED, TAIL_COUNTED = 1, 2, 4, 8, 16
 
 
 class Dormant:
-    """One sleeping stray: its key, what it shares with its copies (its verdict: name,
-    command line, why a stray, groups, parent, action taken) and its figures, packed."""
+    """One dormant stray as read from its record (made when asked for, not kept)."""
 
-    __slots__ = ("key", "verdict", "nums")
+    __slots__ = ("key", "verdict", "figures")
 
-    def __init__(self, key: tuple, verdict: tuple, nums: bytes) -> None:
-        self.key, self.verdict, self.nums = key, verdict, nums
+    def __init__(self, key: tuple, verdict: tuple, figures: tuple) -> None:
+        self.key, self.verdict, self.figures = key, verdict, figures
 
     comm = property(lambda self: self.verdict[0])
     cmdline = property(lambda self: self.verdict[1])
@@ -52,69 +56,119 @@ class Dormant:
     groups = property(lambda self: self.verdict[3])
     ppid = property(lambda self: self.verdict[4])
     action = property(lambda self: self.verdict[5])
-
-    def figures(self) -> tuple:
-        """(since, read_at, base, last_cpu, gone_cpu, carried, rss, mem, read_boot, flags)"""
-        return _NUMS.unpack(self.nums)
-
-    @property
-    def last_cpu(self) -> float:
-        return _NUMS.unpack_from(self.nums)[3]
-
-    @property
-    def rss(self) -> int:
-        return _NUMS.unpack_from(self.nums)[6]
-
-    @property
-    def mem(self) -> int:
-        m = _NUMS.unpack_from(self.nums)[7]
-        return 0 if m < 0 else m
-
-    def with_memory(self, rss: int, mem: Optional[int]) -> None:
-        f = list(self.figures())
-        f[6], f[7] = rss, -1 if mem is None else mem
-        self.nums = _NUMS.pack(*f)
+    since = property(lambda self: self.figures[3])
+    last_cpu = property(lambda self: self.figures[6])
+    rss = property(lambda self: _bytes(self.figures[9]))
+    mem = property(lambda self: _bytes(self.figures[10]) or 0)
 
 
-class Shared:
-    """One copy of each verdict (name, command line, reason, groups, parent, action)
-    among the dormant strays: leaked copies of one program share it. Rebuilt from the
-    live records when it holds twice as many as there are records."""
+def _kib(n: Optional[int]) -> int:
+    return NONE if n is None else min(NONE - 1, (n + 1023) >> 10)
+
+
+def _bytes(kib: int) -> Optional[int]:
+    return None if kib == NONE else kib << 10
+
+
+class Records:
+    """The dormant strays: (pid, start) -> Dormant, as a dict is asked (in, get, pop,
+    iteration, len), kept as pid -> packed bytes, verdicts counted by use."""
 
     def __init__(self) -> None:
-        self.verdicts: dict = {}
+        self.by_pid: dict = {}           # pid -> _PACKED bytes
+        self.verdicts: list = []         # number -> verdict tuple, or None once unused
+        self.numbers: dict = {}          # verdict -> number
+        self.uses: list = []             # number -> records that use it
+        self.free: list = []             # numbers unused
 
-    def verdict(self, v: tuple) -> tuple:
-        return self.verdicts.setdefault(v, v)
+    def __len__(self) -> int:
+        return len(self.by_pid)
 
-    def prune(self, records) -> None:
-        if len(self.verdicts) > 2 * len(records) + 64:
-            self.verdicts = {}
-            for d in records:
-                d.verdict = self.verdict(d.verdict)
+    def __contains__(self, key) -> bool:
+        b = self.by_pid.get(key[0])
+        return b is not None and _START.unpack_from(b)[0] == key[1]
 
+    def __iter__(self) -> Iterator[tuple]:
+        """The keys, one at a time (records may be taken out meanwhile)."""
+        for pid in list(self.by_pid):
+            b = self.by_pid.get(pid)
+            if b is not None:
+                yield pid, _START.unpack_from(b)[0]
 
-def pack(since: float, read_at: float, base: float, last_cpu: float, gone_cpu: float, carried: float,
-         rss: Optional[int], mem: Optional[int], read_boot: Optional[int], flags: int) -> bytes:
-    return _NUMS.pack(since, read_at, base, last_cpu, gone_cpu, carried, -1 if rss is None else rss,
-                      -1 if mem is None else mem, -1 if read_boot is None else read_boot, flags)
+    def _view(self, pid: int, b: bytes) -> Dormant:
+        f = _PACKED.unpack(b)
+        return Dormant((pid, f[0]), self.verdicts[f[1]], f)
 
+    def comm(self, key) -> Optional[str]:
+        """The name of key's record (one short unpack), or None if there is none."""
+        b = self.by_pid.get(key[0])
+        if b is None:
+            return None
+        start, n = _HEAD.unpack_from(b)
+        return self.verdicts[n][0] if start == key[1] else None
 
-def freeze(t: Tracked, shared: Shared) -> Dormant:
-    """t, alone in its lineage and plain (Enforcer.may_sleep_small), as a Dormant record."""
-    a = t.acct
-    flags = ((NEWBORN if t.newborn else 0) | (NICED if t.niced else 0) | (PINNED if t.pinned else 0)
-             | (RESTED if a.use.rate == 0.0 else 0) | (TAIL_COUNTED if t.tail_counted else 0))
-    nums = pack(a.since, t.read_at or 0.0, t.base, t.last_cpu or 0.0, a.gone_cpu, t.carried, t.rss,
-                t.use.mem, t.read_boot, flags)
-    verdict = (sys.intern(t.comm), sys.intern(t.cmdline), t.reason, t.groups, t.ppid, t.action)
-    return Dormant(t.key, shared.verdict(verdict), nums)
+    def get(self, key) -> Optional[Dormant]:
+        return self._view(key[0], self.by_pid[key[0]]) if key in self else None
+
+    def values(self) -> Iterator[Dormant]:
+        """The records, one at a time (records may be taken out meanwhile): thousands of
+        them are never all made at once."""
+        for pid in list(self.by_pid):
+            b = self.by_pid.get(pid)
+            if b is not None:
+                yield self._view(pid, b)
+
+    def pop(self, key) -> Dormant:
+        d = self.get(key)
+        if d is None:
+            raise KeyError(key)
+        del self.by_pid[key[0]]
+        n = d.figures[1]
+        self.uses[n] -= 1
+        if not self.uses[n]:
+            del self.numbers[self.verdicts[n]]
+            self.verdicts[n] = None
+            self.free.append(n)
+        return d
+
+    def put(self, t: Tracked) -> None:
+        """t, alone in its lineage and plain (Enforcer.may_sleep_small), kept as a record."""
+        old = self.by_pid.get(t.key[0])
+        if old is not None:
+            self.pop((t.key[0], _START.unpack_from(old)[0]))     # its pid's last holder, gone
+        a = t.acct
+        flags = ((NEWBORN if t.newborn else 0) | (NICED if t.niced else 0) | (PINNED if t.pinned else 0)
+                 | (RESTED if a.use.rate == 0.0 else 0) | (TAIL_COUNTED if t.tail_counted else 0))
+        n = self._number((sys.intern(t.comm), sys.intern(t.cmdline), t.reason, t.groups, t.ppid, t.action))
+        self.by_pid[t.key[0]] = _PACKED.pack(
+            t.key[1], n, flags, a.since, t.read_at or 0.0, t.base, t.last_cpu or 0.0, a.gone_cpu, t.carried,
+            _kib(t.rss), _kib(t.use.mem), -1 if t.read_boot is None else t.read_boot)
+
+    def set_memory(self, key, rss: int, mem: Optional[int]) -> None:
+        f = list(_PACKED.unpack(self.by_pid[key[0]]))
+        f[9], f[10] = _kib(rss), _kib(mem)
+        self.by_pid[key[0]] = _PACKED.pack(*f)
+
+    def _number(self, verdict: tuple) -> int:
+        n = self.numbers.get(verdict)
+        if n is None:
+            if self.free:
+                n = self.free.pop()
+                self.verdicts[n] = verdict
+                self.uses[n] = 0
+            else:
+                n = len(self.verdicts)
+                self.verdicts.append(verdict)
+                self.uses.append(0)
+            self.numbers[verdict] = n
+        self.uses[n] += 1
+        return n
 
 
 def thaw(d: Dormant, handle, kinds: list, seen_boot: int, seen_before: int) -> Tracked:
     """d as a tracked stray again, alone in a lineage as it was: first sight, CPU, flags;
     a lineage that rested has rested (its rate is 0 and one point of history is kept)."""
-    since, read_at, base, last_cpu, gone_cpu, carried, rss, mem, read_boot, flags = d.figures()
+    _, _, flags, since, read_at, base, last_cpu, gone_cpu, carried, rss, mem, read_boot = d.figures
     key = d.key
     stray = Stray(key[0], key[1], d.ppid, d.comm, d.cmdline, d.reason)
     t = Tracked(key, stray, handle, since, kinds, None, d.groups, bool(flags & NEWBORN))
@@ -122,8 +176,7 @@ def thaw(d: Dormant, handle, kinds: list, seen_boot: int, seen_before: int) -> T
     a.since_wall = time.time() - (time.monotonic() - since)
     a.gone_cpu = gone_cpu
     t.base, t.last_cpu, t.read_at, t.carried = base, last_cpu, read_at, carried
-    t.rss = None if rss < 0 else rss
-    t.use.mem = None if mem < 0 else mem
+    t.rss, t.use.mem = _bytes(rss), _bytes(mem)
     t.read_boot = None if read_boot < 0 else read_boot
     t.niced, t.pinned, t.tail_counted = bool(flags & NICED), bool(flags & PINNED), bool(flags & TAIL_COUNTED)
     t.action = d.action
@@ -135,8 +188,6 @@ def thaw(d: Dormant, handle, kinds: list, seen_boot: int, seen_before: int) -> T
     return t
 
 
-def row_figures(d: Dormant) -> tuple:
-    """(memory bytes, since as wall time) for d's row in the stray list."""
-    f = d.figures()
-    return (0 if f[7] < 0 else f[7]), time.time() - (time.monotonic() - f[0])
-
+def since_wall(d: Dormant) -> float:
+    """When d's lineage was first seen, as wall time (its row in the stray list)."""
+    return time.time() - (time.monotonic() - d.since)

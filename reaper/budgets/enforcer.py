@@ -99,9 +99,8 @@ class Enforcer:
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
         self.age_due: list = []                  # heap (since + max age, n, account): age judged then
         self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
-        self.dormant: dict = {}                  # key -> dormant.Dormant: sleeping strays kept small
+        self.dormant = dormant.Records()         # key -> dormant.Dormant: sleeping strays kept small
         self.dormant_top: Optional[list] = None  # those holding most memory (_dormant_rows), until one changes
-        self.shared = dormant.Shared()           # their names and groups, one copy each
         self.dormant_read = time.monotonic()     # when every dormant stray was last read
         self.scan_boots = (0, 0)                 # boot ticks of the last two scans: when dormant strays were seen
         # Budgets of all strays together judge every lineage at every sample: nothing sleeps small then.
@@ -271,13 +270,14 @@ class Enforcer:
         found = self.finder.find(self.table, self.known)
 
         gone, self.late_gone = self.late_gone, []
-        for key, d in list(self.dormant.items()):
+        for key in self.dormant:
             why = found.get(key, False)
             if why is False:                 # gone, or no longer a stray: dropped as a tracked one
                 self._drop_gone(self.thaw(key), now, gone)
-            elif why is not KNOWN and self.finder.verdict(key) != (d.comm, d.cmdline):
-                self.thaw(key, "it exec'd")  # judged as a tracked one
-        self.shared.prune(self.dormant.values())
+            elif why is not KNOWN:
+                d = self.dormant.get(key)
+                if self.finder.verdict(key) != (d.comm, d.cmdline):
+                    self.thaw(key, "it exec'd")  # judged as a tracked one
         self.scan_boots = (self.scan_boots[1], boot)     # the dormant strays left were seen now
         for key in [k for k in self.tracked if k not in found]:
             self._drop_gone(self.tracked[key], now, gone)
@@ -434,7 +434,8 @@ class Enforcer:
         again and read as such (it wakes); one gone is dropped as a tracked one would be;
         one whose RSS alone moved has its private memory read again."""
         self.dormant_read = now
-        for key, d in list(self.dormant.items()):
+        for d in self.dormant.values():
+            key = d.key
             c = read_counters(*key)
             if c is not None and c.state not in ("Z", "X") and c.cpu / CLK_TCK == d.last_cpu and c.state != "R" \
                     and c.comm == d.comm:
@@ -452,7 +453,7 @@ class Enforcer:
             mem = Handle.unchecked(*d.key).private_memory(exact_above=self.cfg.memory_budget)
         except (Gone, OSError):
             mem = None
-        d.with_memory(rss, mem)
+        self.dormant.set_memory(d.key, rss, mem)
         self.rows_changed, self.dormant_top = True, None
         if mem is not None and self.cfg.memory_budget is not None and mem > self.cfg.memory_budget:
             self._wake(self.thaw(d.key, "over its memory budget").acct)
@@ -503,7 +504,7 @@ class Enforcer:
         self._say_asleep()
         t = a.first()
         del self.tracked[t.key]
-        self.dormant[t.key] = dormant.freeze(t, self.shared)
+        self.dormant.put(t)
         self.dormant_top = None
         a.members.clear()
         t.handle.close()
@@ -923,8 +924,7 @@ class Enforcer:
         for d in self.dormant_top:
             row = Row()
             row.pid, row.name, row.reason, row.action, row.cpu_cores = d.key[0], d.comm, d.reason, d.action, 0.0
-            row.memory_bytes, since = dormant.row_figures(d)
-            row.since = round(since, 3)
+            row.memory_bytes, row.since = d.mem, round(dormant.since_wall(d), 3)
             out.append(row)
         return out
 
@@ -951,10 +951,10 @@ class Known:
     def __contains__(self, key) -> bool:
         return key in self.enf.tracked or key in self.enf.dormant
 
-    def record(self, key):
-        """The Tracked or Dormant record of key (comm, cmdline), thawing nothing."""
+    def comm(self, key) -> Optional[str]:
+        """The name key's record holds (tracked or dormant, thawing nothing), or None."""
         t = self.enf.tracked.get(key)
-        return self.enf.dormant.get(key) if t is None else t
+        return self.enf.dormant.comm(key) if t is None else t.comm
 
 
 def _as_new(state, kind) -> bool:

@@ -64,7 +64,7 @@ class Finder:
     def find(self, table: ProcTable, known=None) -> dict:
         """(pid, start) -> why a stray (orphan, ray-idle, match) for every stray in the
         table now; stray() makes its Stray. known: the strays the enforcer keeps (`in`,
-        record(key): .comm and .cmdline): one whose verdict stands maps to KNOWN, its
+        comm(key): the name its record holds): one whose verdict stands maps to KNOWN, its
         verdict kept by the enforcer only (thousands of strays: no record made twice,
         or made again at every scan)."""
         procs = table.procs
@@ -126,8 +126,7 @@ class Finder:
             if p is None or pid == me or pid == 1 or p.ppid == 0 or pid in ray_system:
                 continue
             key = (pid, p.start)
-            if known is not None and not rejudge and key not in forgotten and key in known \
-                    and known.record(key).comm == p.comm:
+            if known is not None and not rejudge and key not in forgotten and known.comm(key) == p.comm:
                 strays[key] = KNOWN
                 continue
             seen = None if key in forgotten else judged.get(key)

@@ -255,4 +255,5 @@ def _find(local: dict, kept: list, main) -> dict:
     pt = ProcTable()
     pt.procs = local["table"]
     pt.children = children_index(pt.procs.values())
-    return Finder(cfg, _Scope(local["pid"], main, kept, local["watch"])).find(pt)
+    finder = Finder(cfg, _Scope(local["pid"], main, kept, local["watch"]))
+    return {key: finder.stray(key, why, pt) for key, why in finder.find(pt).items()}
