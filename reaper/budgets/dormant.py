@@ -11,10 +11,12 @@ action taken), of which one copy is kept for all the copies of one program.
 A stray is dormant from its first sample when it opens a lineage of its own that needs
 nothing more (a plain new stray), or once its lineage, a plain one of one member, rests
 (enforcer._rest: its CPU did not move over a window). What "plain" means is
-Enforcer.may_sleep_small's: no action beyond observe taken, no cgroup, no duty
-cycle, no SIGTERM, every kind's state as a new lineage's, leading no process group or
-session of its lineage, under its memory budget, and no budget of all strays together
-on (those judge every lineage at every sample).
+may_keep's: no action beyond observe taken, no cgroup, no duty cycle, no SIGTERM,
+every kind's state as a new lineage's with nothing left for it to do (Kind.done_with:
+under throttle, the memory budget moves each lineage into a memory cgroup when it
+first judges it), leading no process group or session of its lineage, under its
+memory budget, and no budget of all strays together on (those judge every lineage at
+every sample).
 
 A dormant stray is read (one /proc/PID/stat) at a sweep (pulse.py: the cgroup's CPU
 says something nobody read ran) and at least every pulse.QUIET_MAX seconds; a read
@@ -32,6 +34,8 @@ from typing import Iterator, Optional
 
 from reaper.budgets.lineage import Tracked
 from reaper.budgets.strays import Stray
+from reaper.procctl import Gone, Handle
+from reaper.procfs.processes import CLK_TCK, read_counters
 
 # start ticks, verdict number, flags; since, read_at, base, last_cpu, gone_cpu, carried
 # (seconds); rss and private memory (KiB, NONE: unknown); read_boot (ticks, -1: none)
@@ -132,7 +136,7 @@ class Records:
         return d
 
     def put(self, t: Tracked) -> None:
-        """t, alone in its lineage and plain (Enforcer.may_sleep_small), kept as a record."""
+        """t, alone in its lineage and plain (may_keep), kept as a record."""
         old = self.by_pid.get(t.key[0])
         if old is not None:
             self.pop((t.key[0], _START.unpack_from(old)[0]))     # its pid's last holder, gone
@@ -191,3 +195,94 @@ def thaw(d: Dormant, handle, kinds: list, seen_boot: int, seen_before: int) -> T
 def since_wall(d: Dormant) -> float:
     """When d's lineage was first seen, as wall time (its row in the stray list)."""
     return time.time() - (time.monotonic() - d.since)
+
+
+def may_keep(enf, a) -> bool:
+    """Lineage a (enf's), resting or new, can be kept as a dormant record: alone in its
+    lineage, and nothing holds, marks or will judge it but what a new lineage has."""
+    if not enf.small or len(a.members) != 1 or a.duty is not None or a._terms or a._escapes or a._settled:
+        return False
+    t = a.first()
+    if (t.refused is not None or t.term_at is not None or t.cycled or t.killed or t.placed or t.pred is not None
+            or t.action not in ("none", "observe") or (enf.cpus is not None and not t.pinned)):
+        return False
+    budget = enf.cfg.memory_budget
+    if budget is not None and (t.use.mem or 0) > budget:
+        return False                     # over once its grace ends: judged then
+    for gid in dict.fromkeys(t.groups[:2] if t.groups else ()):
+        e = enf.linker.led.get(gid)
+        if gid == t.key[0] or (e is not None and e[1] is a):
+            return False                 # its groups name its lineage (Linker: group, session)
+    if any(u is t for u in enf.unlinked):
+        return False                     # a hop may join it at the next sample
+    for kind in enf.kinds:
+        if not kind.done_with(a) or not _as_new(a.kinds.get(kind.reason), kind):
+            return False
+    return True
+
+
+class Known:
+    """The strays the enforcer knows, tracked or dormant, as the linker and reaped.py
+    ask for them: get() thaws a dormant one (it is needed as a tracked one: a parent,
+    a session's maker); `in` does not."""
+
+    __slots__ = ("enf",)
+
+    def __init__(self, enf) -> None:
+        self.enf = enf
+
+    def get(self, key, default=None):
+        enf = self.enf
+        t = enf.tracked.get(key)
+        if t is None:
+            t = enf.ghosts.get(key)
+        if t is None and key in enf.dormant:
+            t = enf.thaw(key, "a new stray's parent or session")
+        return default if t is None else t
+
+    def __contains__(self, key) -> bool:
+        return key in self.enf.tracked or key in self.enf.dormant
+
+    def comm(self, key) -> Optional[str]:
+        """The name key's record holds (tracked or dormant, thawing nothing), or None."""
+        t = self.enf.tracked.get(key)
+        return self.enf.dormant.comm(key) if t is None else t.comm
+
+
+def _as_new(state, kind) -> bool:
+    """A kind's state of a lineage is as a new lineage's (nothing to keep but defaults)."""
+    if state is None:
+        return True
+    fresh = kind.state(None)
+    return all(getattr(state, f) == getattr(fresh, f) for f in type(state).__slots__)
+
+
+def read_all(enf, now: float) -> None:
+    """One read of every dormant stray: one whose CPU moved (or that runs) is tracked
+    again and read as such (it wakes); one gone is dropped as a tracked one would be;
+    one whose RSS alone moved has its private memory read again."""
+    enf.dormant_read = now
+    for d in enf.dormant.values():
+        key = d.key
+        c = read_counters(*key)
+        if c is not None and c.state not in ("Z", "X") and c.cpu / CLK_TCK == d.last_cpu and c.state != "R" \
+                and c.comm == d.comm:
+            if c.rss != d.rss:
+                remeasure(enf, d, c.rss)
+            continue
+        t = enf.thaw(key, "" if c is None or c.state in ("Z", "X") else "its CPU moved, or it runs")
+        if enf.tracked.get(key) is t:
+            enf.read(key, t, now)
+
+
+def remeasure(enf, d: Dormant, rss: int) -> None:
+    """A dormant stray's private memory, read again because its RSS moved; one now
+    over its memory budget is tracked again, to be judged."""
+    try:
+        mem = Handle.unchecked(*d.key).private_memory(exact_above=enf.cfg.memory_budget)
+    except (Gone, OSError):
+        mem = None
+    enf.dormant.set_memory(d.key, rss, mem)
+    enf.rows_changed, enf.dormant_top = True, None
+    if mem is not None and enf.cfg.memory_budget is not None and mem > enf.cfg.memory_budget:
+        enf.wake(enf.thaw(d.key, "over its memory budget").acct)

@@ -105,7 +105,7 @@ class Enforcer:
         self.scan_boots = (0, 0)                 # boot ticks of the last two scans: when dormant strays were seen
         # Budgets of all strays together judge every lineage at every sample: nothing sleeps small then.
         self.small = cfg.cpu_budget_total is None and cfg.memory_budget_total is None
-        self.known = Known(self)
+        self.known = dormant.Known(self)
         self.age_n = 0                           # tie-breaker of age_due's entries
         self.regroup = True                      # a member came or went: the lineages are listed again
         self.fresh: list = []                    # strays tracked since the last sample: read at once
@@ -291,12 +291,14 @@ class Enforcer:
                     t.comm, t.cmdline = self.finder.verdict(key)    # it may have exec'd since
                 t.seen_before, t.seen_boot = t.seen_boot, boot
             elif key not in self.unpinned and key not in self.dormant:
-                new.append((key, why))
+                new.append(key)
         # A hop's parent may have vanished a sample before it is seen: the members gone
         # at the last sample count too, after this sample's.
         self.ghosts, self.unpinnable, self.hop_seen, self.owners = {}, set(), set(), None
-        for key, why in sorted(new, key=lambda kw: kw[0][1]):   # the oldest first: parents before children
-            self._track(key, self.finder.stray(key, why, self.table), now, (gone, self.recent_gone))
+        new.sort(key=lambda k: k[1])         # the oldest first: parents before children
+        for key in new:
+            self._track(key, self.finder.stray(key, found[key], self.table), now, (gone, self.recent_gone))
+        self.finder.settled(self.known)
         self.recent_gone = gone
         if self.regroup:
             self.linker.prune(self.tracked)
@@ -344,29 +346,29 @@ class Enforcer:
         for a in list(self.awake.values()):
             for key, t in list(a.members.items()):
                 if self.tracked.get(key) is t:
-                    explained += self._read(key, t, now)
+                    explained += self.read(key, t, now)
         return explained
 
     def _measure(self, now: float) -> None:
         """The strays not read yet this sample that must be: every one at a sweep, else
         the new ones and the sleeping ones due. Then each lineage read: its CPU."""
         if self.swept or now - self.dormant_read >= pulse.QUIET_MAX:
-            self._read_dormant(now)
+            dormant.read_all(self, now)
         if self.swept:
             for key, t in list(self.tracked.items()):
                 if t.read_seq != self.seq:
-                    self._read(key, t, now)
+                    self.read(key, t, now)
             self.resting.clear()
         else:
             for t in self.fresh:
                 if t.read_seq == 0 and self.tracked.get(t.key) is t:
-                    self._read(t.key, t, now)           # new since the last sample
+                    self.read(t.key, t, now)           # new since the last sample
             q = self.resting
             while q and q[0][0] <= now:
                 _, key = q.popleft()
                 t = self.tracked.get(key)
                 if t is not None and t.read_seq != self.seq and id(t.acct) not in self.awake:
-                    self._read(key, t, now)
+                    self.read(key, t, now)
         self.fresh = []
         self._count_reaped(self.rescanned)
         self.rescanned = False
@@ -382,7 +384,7 @@ class Enforcer:
             stopped = a.duty.stopped(now) if a.duty is not None else 0.0
             a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
 
-    def _read(self, key, t: Tracked, now: float) -> float:
+    def read(self, key, t: Tracked, now: float) -> float:
         """One read of a stray (its stat; statm only when its RSS moved): its CPU and
         private memory; its lineage is awake if its CPU moved. The CPU seconds it used
         since the last sample if it was read then, else 0."""
@@ -426,37 +428,8 @@ class Enforcer:
         if p is not None:
             t.ppid = p.ppid                     # who reaps it: reaped.ReapedCPU.gone
         if moved or seq == 0:
-            self._wake(t.acct)
+            self.wake(t.acct)
         return used if seq == self.seq - 1 else 0.0
-
-    def _read_dormant(self, now: float) -> None:
-        """One read of every dormant stray: one whose CPU moved (or that runs) is tracked
-        again and read as such (it wakes); one gone is dropped as a tracked one would be;
-        one whose RSS alone moved has its private memory read again."""
-        self.dormant_read = now
-        for d in self.dormant.values():
-            key = d.key
-            c = read_counters(*key)
-            if c is not None and c.state not in ("Z", "X") and c.cpu / CLK_TCK == d.last_cpu and c.state != "R" \
-                    and c.comm == d.comm:
-                if c.rss != d.rss:
-                    self._remeasure(d, c.rss)
-                continue
-            t = self.thaw(key, "" if c is None or c.state in ("Z", "X") else "its CPU moved, or it runs")
-            if self.tracked.get(key) is t:
-                self._read(key, t, now)
-
-    def _remeasure(self, d, rss: int) -> None:
-        """A dormant stray's private memory, read again because its RSS moved; one now
-        over its memory budget is tracked again, to be judged."""
-        try:
-            mem = Handle.unchecked(*d.key).private_memory(exact_above=self.cfg.memory_budget)
-        except (Gone, OSError):
-            mem = None
-        self.dormant.set_memory(d.key, rss, mem)
-        self.rows_changed, self.dormant_top = True, None
-        if mem is not None and self.cfg.memory_budget is not None and mem > self.cfg.memory_budget:
-            self._wake(self.thaw(d.key, "over its memory budget").acct)
 
     def thaw(self, key, why: str = "") -> Tracked:
         """Dormant stray key as a tracked one again (dormant.thaw), read at the next sweep
@@ -470,29 +443,6 @@ class Enforcer:
         self.resting.append((time.monotonic() + pulse.QUIET_MAX, key))
         self.regroup = True
         return t
-
-    def may_sleep_small(self, a: Account) -> bool:
-        """a, resting or new, can be kept as a dormant record (dormant.py): alone in its
-        lineage, and nothing holds, marks or will judge it but what a new lineage has."""
-        if not self.small or len(a.members) != 1 or a.duty is not None or a._terms or a._escapes or a._settled:
-            return False
-        t = a.first()
-        if (t.refused is not None or t.term_at is not None or t.cycled or t.killed or t.placed or t.pred is not None
-                or t.action not in ("none", "observe") or (self.cpus is not None and not t.pinned)):
-            return False
-        budget = self.cfg.memory_budget
-        if budget is not None and (t.use.mem or 0) > budget:
-            return False                     # over once its grace ends: judged then
-        for gid in dict.fromkeys(t.groups[:2] if t.groups else ()):
-            e = self.linker.led.get(gid)
-            if gid == t.key[0] or (e is not None and e[1] is a):
-                return False                 # its groups name its lineage (Linker: group, session)
-        if any(u is t for u in self.unlinked):
-            return False                     # a hop may join it at the next sample
-        for kind in self.kinds:
-            if not kind.done_with(a) or not _as_new(a.kinds.get(kind.reason), kind):
-                return False
-        return True
 
     def _say_asleep(self) -> None:
         self.once("rest", f"strays asleep: read again when the cgroup's CPU says so "
@@ -539,7 +489,7 @@ class Enforcer:
             self._drop(self.tracked.pop(key), now, alive=False)
             self.late_gone.append(t)
 
-    def _wake(self, a: Account) -> None:
+    def wake(self, a: Account) -> None:
         if id(a) not in self.awake:
             self.awake[id(a)] = a
             self.rows_changed = True
@@ -557,7 +507,7 @@ class Enforcer:
                     continue
                 a = self.thaw(a, "past --stray-max-age").acct
             if a.members:
-                self._wake(a)
+                self.wake(a)
 
     def _rest(self, now: float) -> None:
         """The awake lineages that have not moved for a whole window, are past their
@@ -575,7 +525,7 @@ class Enforcer:
             del self.awake[aid]
             self._say_asleep()
             a.use.rest(now, self.cfg.budget_window, a.since)
-            if self.may_sleep_small(a):
+            if dormant.may_keep(self, a):
                 self._sleep_small(a)
                 continue
             for key in a.members:
@@ -651,14 +601,14 @@ class Enforcer:
 
     def _sleeps_at_once(self, t: Tracked, now: float) -> bool:
         """A new stray in a lineage of its own is read at once and kept dormant, if plain
-        (may_sleep_small): thousands that appear together never cost a tracked stray each.
+        (dormant.may_keep): thousands that appear together never cost a tracked stray each.
         A busy one is woken at the next sweep: its CPU is what nobody read (pulse.py)."""
-        if self.draining or not self.may_sleep_small(t.acct):
+        if self.draining or not dormant.may_keep(self, t.acct):
             return False
-        self._read(t.key, t, now)
+        self.read(t.key, t, now)
         if self.tracked.get(t.key) is not t:
             return True                      # gone at its read: dropped already
-        if t.acct.members and self.may_sleep_small(t.acct):
+        if t.acct.members and dormant.may_keep(self, t.acct):
             self.awake.pop(id(t.acct), None)
             self._sleep_small(t.acct)
             return True
@@ -927,42 +877,6 @@ class Enforcer:
             row.memory_bytes, row.since = d.mem, round(dormant.since_wall(d), 3)
             out.append(row)
         return out
-
-
-class Known:
-    """The strays the enforcer knows, tracked or dormant, as the linker and reaped.py
-    ask for them: get() thaws a dormant one (it is needed as a tracked one: a parent,
-    a session's maker); `in` does not."""
-
-    __slots__ = ("enf",)
-
-    def __init__(self, enf: "Enforcer") -> None:
-        self.enf = enf
-
-    def get(self, key, default=None):
-        enf = self.enf
-        t = enf.tracked.get(key)
-        if t is None:
-            t = enf.ghosts.get(key)
-        if t is None and key in enf.dormant:
-            t = enf.thaw(key, "a new stray's parent or session")
-        return default if t is None else t
-
-    def __contains__(self, key) -> bool:
-        return key in self.enf.tracked or key in self.enf.dormant
-
-    def comm(self, key) -> Optional[str]:
-        """The name key's record holds (tracked or dormant, thawing nothing), or None."""
-        t = self.enf.tracked.get(key)
-        return self.enf.dormant.comm(key) if t is None else t.comm
-
-
-def _as_new(state, kind) -> bool:
-    """A kind's state of a lineage is as a new lineage's (nothing to keep but defaults)."""
-    if state is None:
-        return True
-    fresh = kind.state(None)
-    return all(getattr(state, f) == getattr(fresh, f) for f in type(state).__slots__)
 
 
 class Row:

@@ -145,6 +145,10 @@ class Finder:
         p, seen = table.procs[key[0]], self.judged[key]
         return Stray(key[0], key[1], p.ppid, seen[2], seen[1], reason)
 
+    def settled(self, known) -> None:
+        """The enforcer keeps the strays of this scan now: their verdicts are its (see find)."""
+        self.judged = {k: v for k, v in self.judged.items() if k not in known}
+
     def judge_now(self, key: tuple, comm: str) -> Optional[tuple]:
         """(name, command line) of key, a stray seen to exec (its name is comm now), if it
         is still one; None if it is not (protected, Ray's, a zombie), or is gone."""

@@ -1,0 +1,76 @@
+"""The dormant strays' records (reaper/budgets/dormant.py): a tracked stray kept as a
+packed record by pid and made a tracked one again as it was; pid reuse; one verdict for
+many copies. In-process: the enforcer's behaviour with dormant strays is tested with a
+real reaper in tests/test_budget_scale.py."""
+from __future__ import annotations
+
+import sys
+
+from reaper.budgets import dormant
+from reaper.budgets.lineage import Tracked
+from reaper.budgets.strays import Stray
+
+
+class _Handle:
+    def close(self) -> None:
+        pass
+
+
+def tracked(pid: int, start: int, cmdline: str = "sleep 600", mem: int = 5 << 20) -> Tracked:
+    t = Tracked((pid, start), Stray(pid, start, 1, "sleep", cmdline, "orphan"), _Handle(), 100.0, [],
+                groups=(7, 7, False))
+    t.base, t.last_cpu, t.read_at, t.read_boot, t.rss, t.use.mem = 0.25, 1.5, 130.0, 4242, 6 << 20, mem
+    t.acct.use.rate = 0.0
+    t.action = "observe"
+    return t
+
+
+def test_a_stray_kept_as_a_record_comes_back_as_it_was():
+    records = dormant.Records()
+    records.put(tracked(40, 1000))
+    assert (40, 1000) in records and len(records) == 1 and records.comm((40, 1000)) == "sleep"
+    d = records.pop((40, 1000))
+    assert (40, 1000) not in records and len(records) == 0
+    t = dormant.thaw(d, _Handle(), [], seen_boot=5000, seen_before=4900)
+    assert t.key == (40, 1000) and (t.comm, t.cmdline, t.reason, t.groups, t.ppid) == \
+        ("sleep", "sleep 600", "orphan", (7, 7, False), 1)
+    assert (t.since, t.base, t.last_cpu, t.read_at, t.read_boot) == (100.0, 0.25, 1.5, 130.0, 4242)
+    assert (t.rss, t.use.mem, t.action, t.seen_boot, t.seen_before) == (6 << 20, 5 << 20, "observe", 5000, 4900)
+    assert t.acct.use.rate == 0.0 and t.acct.cpu() == 1.5 - 0.25
+    assert t.acct.members == {(40, 1000): t}
+
+
+def test_a_reused_pid_is_another_process():
+    records = dormant.Records()
+    records.put(tracked(40, 1000))
+    assert (40, 2000) not in records and records.get((40, 2000)) is None and records.comm((40, 2000)) is None
+    records.put(tracked(40, 2000, cmdline="other"))       # the pid's last holder is gone
+    assert list(records) == [(40, 2000)] and records.get((40, 2000)).cmdline == "other"
+    assert [v for v in records.verdicts if v is not None] == [records.get((40, 2000)).verdict]
+
+
+def test_copies_of_one_program_share_one_verdict_and_a_small_record():
+    records = dormant.Records()
+    for pid in range(100, 1100):
+        records.put(tracked(pid, 1000 + pid, cmdline="helper --serve"))
+    assert len(records) == 1000 and len([v for v in records.verdicts if v is not None]) == 1
+    assert max(sys.getsizeof(b) for b in records.by_pid.values()) <= 112
+    for pid in range(100, 1100):
+        records.pop((pid, 1000 + pid))
+    assert records.numbers == {} and records.verdicts == [None]
+    records.put(tracked(5, 6, cmdline="another"))
+    assert records.verdicts == [records.get((5, 6)).verdict]    # its number used again
+
+
+def test_unknown_memory_stays_unknown():
+    records = dormant.Records()
+    t = tracked(40, 1000, mem=None)
+    t.rss = None
+    records.put(t)
+    d = records.get((40, 1000))
+    assert d.mem == 0 and d.rss is None
+    back = dormant.thaw(records.pop((40, 1000)), _Handle(), [], 0, 0)
+    assert back.use.mem is None and back.rss is None
+    records.put(tracked(41, 1000))
+    records.set_memory((41, 1000), 8 << 20, 3 << 20)
+    assert (records.get((41, 1000)).rss, records.get((41, 1000)).mem) == (8 << 20, 3 << 20)
