@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
-from typing import Callable, Optional
+from collections.abc import Callable
 
+# _signal: the numbers and pidfd_send_signal without the enum module (start-up time and memory).
+import _signal as signal
+
+from reaper import signals as _signals
 from reaper.procfs.processes import CLK_TCK, PAGE, Counters, read_counters, read_stat
 
 HAVE_PIDFD = hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
@@ -73,7 +76,7 @@ def same(pid: int, start: int) -> bool:
     return st is not None and st[1] == start and st[3] not in ("Z", "X")
 
 
-def pidfd_of(pid: int, start: int) -> Optional[int]:
+def pidfd_of(pid: int, start: int) -> int | None:
     """A pidfd for pid, if it is still the process that started at start: the fd is taken
     first and the identity checked after, so pid reuse cannot outrun the check. None on
     a kernel without pidfds (then check, then kill, at each signal). Raises Gone, or
@@ -133,7 +136,7 @@ class Handle:
         self.pid = pid
         self.start = start
         self._proc = None
-        self._pidfd: Optional[int] = None
+        self._pidfd: int | None = None
         st = read_stat(pid)
         if st is None:
             _unreadable(pid)
@@ -181,7 +184,7 @@ class Handle:
         """User + system CPU, every thread's."""
         return self.read().cpu / CLK_TCK
 
-    def private_memory(self, exact_above: Optional[int] = None) -> int:
+    def private_memory(self, exact_above: int | None = None) -> int:
         """What this process alone holds, in bytes: the memory its end would free.
 
         Resident memory (RSS) counts pages shared with other processes: a helper
@@ -236,7 +239,7 @@ class Handle:
 
     # --- signals ------------------------------------------------------------
 
-    def _fd(self) -> Optional[int]:
+    def _fd(self) -> int | None:
         if self._pidfd is None:
             self._pidfd = pidfd_of(self.pid, self.start)    # kept: one open per stray
         return self._pidfd
@@ -253,7 +256,7 @@ class Handle:
             os.kill(self.pid, signo)
             return False
         except OSError as e:
-            raise _mapped(e, self.pid, _signame(signo)) from None
+            raise _mapped(e, self.pid, _signals.name(signo)) from None
 
     # --- priority, scheduling class, affinity --------------------------------
 
@@ -329,9 +332,3 @@ class Handle:
                 pass
             self._pidfd = None
 
-
-def _signame(signo: int) -> str:
-    try:
-        return signal.Signals(signo).name
-    except ValueError:
-        return f"signal {signo}"

@@ -14,7 +14,6 @@ import errno
 import fcntl
 import os
 import time
-from typing import Optional
 
 from reaper.procfs.cgroups import cgroup_dir, mounts, read_cgroup_stat
 
@@ -272,7 +271,7 @@ def mount_of(d: str, version: int, controller: str):
     return None
 
 
-def read_proc_cgroup(pid: int) -> Optional[bytes]:
+def read_proc_cgroup(pid: int) -> bytes | None:
     """/proc/PID/cgroup; None if pid is gone or it is longer than PROC_CGROUP_MAX."""
     try:
         fd = os.open(f"/proc/{pid}/cgroup", os.O_RDONLY)
@@ -293,7 +292,7 @@ def read_proc_cgroup(pid: int) -> Optional[bytes]:
     return None
 
 
-def cgroup_path(data: bytes, version: int, controller: str) -> Optional[str]:
+def cgroup_path(data: bytes, version: int, controller: str) -> str | None:
     """The cgroup path /proc/PID/cgroup (data) gives for one hierarchy (v1: the line
     naming controller; v2: the 0:: line); None if no line names it, or more than one."""
     found = []
@@ -313,7 +312,7 @@ def cgroup_path(data: bytes, version: int, controller: str) -> Optional[str]:
     return os.fsdecode(found[0])
 
 
-def dir_in(data: Optional[bytes], mount, version: int, controller: str) -> Optional[str]:
+def dir_in(data: bytes | None, mount, version: int, controller: str) -> str | None:
     """The directory, under mount, of the cgroup data (/proc/PID/cgroup) names for one
     hierarchy; None where that cannot be told (unreadable, ambiguous, out of view)."""
     if data is None or mount is None:
@@ -324,7 +323,7 @@ def dir_in(data: Optional[bytes], mount, version: int, controller: str) -> Optio
     return cgroup_dir(mount, path)
 
 
-def close_fd(fd: Optional[int]) -> None:
+def close_fd(fd: int | None) -> None:
     if fd is not None:
         try:
             os.close(fd)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import struct
 import sys
 import time
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from reaper.budgets.lineage import Tracked
 from reaper.budgets.strays import Stray
@@ -66,11 +66,11 @@ class Dormant:
     mem = property(lambda self: _bytes(self.figures[10]) or 0)
 
 
-def _kib(n: Optional[int]) -> int:
+def _kib(n: int | None) -> int:
     return NONE if n is None else min(NONE - 1, (n + 1023) >> 10)
 
 
-def _bytes(kib: int) -> Optional[int]:
+def _bytes(kib: int) -> int | None:
     return None if kib == NONE else kib << 10
 
 
@@ -103,7 +103,7 @@ class Records:
         f = _PACKED.unpack(b)
         return Dormant((pid, f[0]), self.verdicts[f[1]], f)
 
-    def comm(self, key) -> Optional[str]:
+    def comm(self, key) -> str | None:
         """The name of key's record (one short unpack), or None if there is none."""
         b = self.by_pid.get(key[0])
         if b is None:
@@ -111,7 +111,7 @@ class Records:
         start, n = _HEAD.unpack_from(b)
         return self.verdicts[n][0] if start == key[1] else None
 
-    def get(self, key) -> Optional[Dormant]:
+    def get(self, key) -> Dormant | None:
         return self._view(key[0], self.by_pid[key[0]]) if key in self else None
 
     def values(self) -> Iterator[Dormant]:
@@ -148,7 +148,7 @@ class Records:
             t.key[1], n, flags, a.since, t.read_at or 0.0, t.base, t.last_cpu or 0.0, a.gone_cpu, t.carried,
             _kib(t.rss), _kib(t.use.mem), -1 if t.read_boot is None else t.read_boot)
 
-    def set_memory(self, key, rss: int, mem: Optional[int]) -> None:
+    def set_memory(self, key, rss: int, mem: int | None) -> None:
         f = list(_PACKED.unpack(self.by_pid[key[0]]))
         f[9], f[10] = _kib(rss), _kib(mem)
         self.by_pid[key[0]] = _PACKED.pack(*f)
@@ -243,7 +243,7 @@ class Known:
     def __contains__(self, key) -> bool:
         return key in self.enf.tracked or key in self.enf.dormant
 
-    def comm(self, key) -> Optional[str]:
+    def comm(self, key) -> str | None:
         """The name key's record holds (tracked or dormant, thawing nothing), or None."""
         t = self.enf.tracked.get(key)
         return self.enf.dormant.comm(key) if t is None else t.comm

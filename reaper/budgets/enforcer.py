@@ -33,14 +33,16 @@ close(), and close() resumes every stray it stopped whatever failed before.
 """
 from __future__ import annotations
 
-import heapq
 import os
-import signal
 import time
 from collections import deque
-from typing import Optional
 
-from reaper.budgets import cleanup, dormant, escapes, hops, pulse, stray_cpus
+# _heapq: heapq's C functions without heapq.py (its pure-Python fallbacks cost PID 1 memory).
+from _heapq import heappop, heappush, heappushpop
+# _signal: the numbers and pidfd_send_signal without the enum module (start-up time and memory).
+import _signal as signal
+
+from reaper.budgets import cleanup, dormant, escapes, hops, pulse
 from reaper.budgets.cgroupfs import read_proc_cgroup
 from reaper.budgets.kinds import ANY, REASONS, load as load_kinds
 from reaper.budgets.lineage import Account, Ghost, Linker, Tracked, Usage, boot_ticks, hop_from, join, lineages, \
@@ -75,13 +77,13 @@ class Enforcer:
         self.recent_gone: list = []              # members gone at the last sample
         self.ghosts: dict = {}                   # key -> Ghost: strays of this sample gone before pinned
         self.hop_seen: set = set()               # reaper's children looked at for hops since the sample
-        self.owners: Optional[dict] = None       # cgroup directory -> its lineage, this sample (_leaf_owner)
+        self.owners: dict | None = None          # cgroup directory -> its lineage, this sample (_leaf_owner)
         self.accounts: list = []                 # the lineages of this sample (lineages())
         self.unlinked: list = []                 # last sample's new fork-copies of no lineage (_late_hops)
         self.unpinnable: set = set()             # keys of this sample's strays gone before pinned
         self.retiring: list = []                 # lineages empty at the last sample: retired if still empty
         self.cgroup_data: dict = {}              # pid -> /proc/PID/cgroup, read this sample
-        self.prev_sample: Optional[float] = None
+        self.prev_sample: float | None = None
         self.boot = 0                            # boot ticks at this sample's scan
         self.duty = DutyCycler()
         self.reaped = reaped                     # reaped.ReapedCPU where reaper reaps the orphans
@@ -100,7 +102,7 @@ class Enforcer:
         self.age_due: list = []                  # heap (since + max age, n, account): age judged then
         self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
         self.dormant = dormant.Records()         # key -> dormant.Dormant: sleeping strays kept small
-        self.dormant_top: Optional[list] = None  # those holding most memory (_dormant_rows), until one changes
+        self.dormant_top: list | None = None  # those holding most memory (_dormant_rows), until one changes
         self.dormant_read = time.monotonic()     # when every dormant stray was last read
         self.scan_boots = (0, 0)                 # boot ticks of the last two scans: when dormant strays were seen
         # Budgets of all strays together judge every lineage at every sample: nothing sleeps small then.
@@ -113,12 +115,8 @@ class Enforcer:
         self.rows_changed = True                 # the stray list is made again
         self.kinds = [kind(self) for kind in load_kinds(cfg)]   # the budgets that are on, in order
         self.cpus = None
-        try:
-            self.cpus, msg = stray_cpus.resolve(cfg.stray_cpus)
-            if msg:
-                self.log.info(msg)
-        except Exception as e:                   # never fatal: leave affinity alone
-            self.log.warn(f"--stray-cpus {cfg.stray_cpus}: {e}; affinity left alone")
+        if cfg.stray_cpus is not None:           # stray_cpus.py (and values.py) loaded only then
+            self._confine(cfg.stray_cpus)
         self._remove_stale_cgroups()
         if not pidfds_work():
             self.once("nopidfd", "no pidfd support: signals to strays go through kill() "
@@ -126,6 +124,17 @@ class Enforcer:
         self.log.debug(f"budgets on: per stray {cfg.cpu_budget}, total {cfg.cpu_budget_total}, "
                        f"memory {cfg.memory_budget}, {cfg.memory_budget_total}, max age {cfg.stray_max_age}, "
                        f"action {cfg.budget_action}, every {cfg.budget_interval:g}s")
+
+    def _confine(self, spec: str) -> None:
+        """The CPUs of --stray-cpus; never fatal: affinity left alone."""
+        try:
+            from reaper.budgets import stray_cpus
+
+            self.cpus, msg = stray_cpus.resolve(spec)
+            if msg:
+                self.log.info(msg)
+        except Exception as e:
+            self.log.warn(f"--stray-cpus {spec}: {e}; affinity left alone")
 
     def _remove_stale_cgroups(self) -> None:
         """The stray cgroups of reapers that are gone (cleanup.py); never fatal."""
@@ -144,7 +153,7 @@ class Enforcer:
 
     # --- Plugin protocol ---------------------------------------------------
 
-    def next_deadline(self) -> Optional[float]:
+    def next_deadline(self) -> float | None:
         due = self.duty.next_deadline()
         return self.next_sample if due is None else min(due, self.next_sample)
 
@@ -466,7 +475,7 @@ class Enforcer:
         limit = self.cfg.stray_max_age
         if limit is not None:
             self.age_n += 1
-            heapq.heappush(self.age_due, (since + limit, self.age_n, what))
+            heappush(self.age_due, (since + limit, self.age_n, what))
 
     def _judge_exec(self, key, t: Tracked, comm: str, now: float) -> bool:
         """t exec'd (or renamed itself): judged again at once, before any budget acts on
@@ -501,7 +510,7 @@ class Enforcer:
             return
         h = self.age_due
         while h and h[0][0] <= now + self.cfg.budget_interval:
-            a = heapq.heappop(h)[2]
+            a = heappop(h)[2]
             if isinstance(a, tuple):
                 if a not in self.dormant:
                     continue
@@ -640,13 +649,13 @@ class Enforcer:
         self.retiring = [a for a in self.emptied if not a.members]
         self.emptied = []
 
-    def proc_cgroup(self, pid: int) -> Optional[bytes]:
+    def proc_cgroup(self, pid: int) -> bytes | None:
         """/proc/PID/cgroup, read once a sample."""
         if pid not in self.cgroup_data:
             self.cgroup_data[pid] = read_proc_cgroup(pid)
         return self.cgroup_data[pid]
 
-    def _leaf_owner(self, pid: int) -> Optional[Account]:
+    def _leaf_owner(self, pid: int) -> Account | None:
         """The lineage whose own cgroup pid is in; read only while reaper holds such cgroups."""
         if self.owners is None:              # once a sample: the kinds make cgroups after the linking
             self.owners = {}
@@ -700,7 +709,7 @@ class Enforcer:
 
     # --- the actions a kind asks for ------------------------------------------
 
-    def violation(self, reason: str, t: Optional[Tracked] = None) -> None:
+    def violation(self, reason: str, t: Tracked | None = None) -> None:
         """Counts a stray going over a budget; t, if given, is observed (when nothing stronger was done)."""
         self.stats.violations[self.cfg.budget_action] += 1
         self.stats.violations_by_reason[(self.cfg.budget_action, reason)] += 1
@@ -869,7 +878,13 @@ class Enforcer:
         """Rows of the dormant strays that may be shown: they use no CPU, so those
         holding most memory (Stats.TOP_STRAYS of them)."""
         if self.dormant_top is None:
-            self.dormant_top = heapq.nlargest(TOP_STRAYS, self.dormant.values(), key=lambda d: d.mem)
+            top: list = []                   # (memory, n, record): the least first
+            for n, d in enumerate(self.dormant.values()):
+                if len(top) < TOP_STRAYS:
+                    heappush(top, (d.mem, n, d))
+                elif d.mem > top[0][0]:
+                    heappushpop(top, (d.mem, n, d))
+            self.dormant_top = [d for _, _, d in sorted(top, reverse=True)]
         out = []
         for d in self.dormant_top:
             row = Row()

@@ -15,7 +15,6 @@ so a fork runs free for a duty period at most, not until the next sample.
 from __future__ import annotations
 
 import time
-from typing import Optional
 
 from reaper.budgets.lineage import CLK_TCK, Tracked, boot_ticks, read_groups
 from reaper.budgets.strays import Stray
@@ -23,7 +22,7 @@ from reaper.procctl import Handle
 from reaper.procfs.processes import read_children, read_cmdline, read_stat
 
 
-def predecessor(t: Tracked, gone: list) -> Optional[Tracked]:
+def predecessor(t: Tracked, gone: list) -> Tracked | None:
     """The member of t's lineage that vanished lately and was born last before t."""
     before = [g for g in gone if isinstance(g, Tracked) and g.acct is t.acct and g.key[1] <= t.key[1]]
     return max(before, key=lambda g: g.key[1]) if before else None
@@ -54,7 +53,7 @@ def count_unseen(stats, t: Tracked, in_stats: bool = True) -> None:
             stats.stray_cpu_seconds += speed * gap
 
 
-def _speed(cpu: Optional[float], ticks: int) -> Optional[float]:
+def _speed(cpu: float | None, ticks: int) -> float | None:
     """Cores used: cpu seconds over ticks of life (None for less than 50 ms of it)."""
     if cpu is None or ticks < 0.05 * CLK_TCK:
         return None
@@ -91,7 +90,7 @@ def catch(enf, lost: list) -> None:
     enf.duty.step(now)                       # a new member past its run time this period stops now
 
 
-def _hop_of(enf, pid: int, gone: list, now: float) -> Optional[Tracked]:
+def _hop_of(enf, pid: int, gone: list, now: float) -> Tracked | None:
     """pid as a new member of the lineage of one of gone, if it is that one's fork."""
     st = read_stat(pid)
     if st is None or st[3] in ("Z", "X"):

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 from reaper.procfs.processes import stat_fields
 
@@ -61,7 +60,7 @@ def boot_ticks() -> int:
 PF_FORKNOEXEC = 0x40     # task flag: forked, and has not exec'd since
 
 
-def read_groups(pid: int, start: int) -> Optional[tuple]:
+def read_groups(pid: int, start: int) -> tuple | None:
     """(process group, session, forked but not exec'd since) of pid if it is still the
     process that started at start; None if gone or unreadable. One short read of
     /proc/PID/stat (fields 5, 6 and the task flags, 9)."""
@@ -84,9 +83,9 @@ class Usage:
 
     def __init__(self) -> None:
         self.hist: list = []             # (t, cpu seconds, run seconds)
-        self.rate: Optional[float] = None    # cores used, averaged over the window
-        self.demand: Optional[float] = None  # cores it would use if never stopped
-        self.mem: Optional[int] = None   # private memory at the last sample, bytes (Handle.private_memory)
+        self.rate: float | None = None       # cores used, averaged over the window
+        self.demand: float | None = None     # cores it would use if never stopped
+        self.mem: int | None = None      # private memory at the last sample, bytes (Handle.private_memory)
 
     def add(self, now: float, cpu: float, run: float, window: float, interval: float) -> None:
         """A sample: its CPU seconds, and the seconds it was let run since first seen.
@@ -115,7 +114,7 @@ class Usage:
             back = min(window, now - since)
             self.hist = [(t - back, c, max(0.0, r - back))]
 
-    def last_rate(self) -> Optional[float]:
+    def last_rate(self) -> float | None:
         """Cores used between the last two samples; None before there are two."""
         if len(self.hist) < 2:
             return None
@@ -186,8 +185,8 @@ class Tracked:
                  "term_reason", "killed", "placed", "read_boot", "seen_boot", "seen_before", "tail_counted",
                  "pred", "ppid", "carried", "read_seq", "rss", "row")
 
-    def __init__(self, key, stray, handle, now: float, on: list, acct: "Optional[Account]" = None,
-                 groups: Optional[tuple] = None, newborn: bool = False) -> None:
+    def __init__(self, key, stray, handle, now: float, on: list, acct: "Account | None" = None,
+                 groups: tuple | None = None, newborn: bool = False) -> None:
         self.key = key
         self.handle = handle
         self.comm = stray.comm
@@ -199,30 +198,30 @@ class Tracked:
         self.acct.members[key] = self
         self.use = Usage()               # its private memory (its CPU is its lineage's: acct.use)
         self.base = 0.0                  # CPU it had used before it was a stray (not counted)
-        self.last_cpu: Optional[float] = None
-        self.read_at: Optional[float] = None     # when last_cpu was read (monotonic)
-        self.prev: Optional[tuple] = None        # (when, CPU) of the read before
+        self.last_cpu: float | None = None
+        self.read_at: float | None = None        # when last_cpu was read (monotonic)
+        self.prev: tuple | None = None           # (when, CPU) of the read before
         self.action = "none"             # the strongest response applied so far
         self.refused = None              # procctl.NotPermitted, once reaper may not act on it
         self.niced = False
         self.pinned = False              # --stray-cpus affinity set
         self.cycled = False              # in the duty cycle (SIGSTOP/SIGCONT)
-        self.term_at: Optional[float] = None
-        self.term_reason: Optional[str] = None   # what its SIGTERM was for: a kind's reason
+        self.term_at: float | None = None
+        self.term_reason: str | None = None      # what its SIGTERM was for: a kind's reason
         self.killed = False
         self.placed: dict = {}           # reason -> the cgroup it was found in or moved into
-        self.read_boot: Optional[int] = None     # boot ticks of the sample that last read its CPU
+        self.read_boot: int | None = None        # boot ticks of the sample that last read its CPU
         self.seen_boot = 0               # boot ticks of the last sample that found it
         self.seen_before = 0             # ... and of the one before that
         self.tail_counted = False        # the CPU its descendants burnt unseen was estimated once
-        self.pred: Optional["Tracked"] = None    # the member gone before it was born: hops.count_unseen
+        self.pred: "Tracked" | None = None       # the member gone before it was born: hops.count_unseen
         self.ppid = stray.ppid           # its parent at the last sample: who reaps it (reaped.py)
         self.carried = 0.0               # CPU read of the members it reaped (reaped.py)
         self.read_seq = 0                # the enforcer's sample that read it last (0: never)
-        self.rss: Optional[int] = None   # its RSS at that read: private memory is read again when it moves
-        self.row: Optional[dict] = None  # its entry in the stray list (Stats.stray_list)
+        self.rss: int | None = None      # its RSS at that read: private memory is read again when it moves
+        self.row: dict | None = None     # its entry in the stray list (Stats.stray_list)
 
-    def own_rate(self) -> Optional[float]:
+    def own_rate(self) -> float | None:
         """Cores it used between its last two reads; None before there are two."""
         if self.prev is None or self.read_at is None or self.read_at <= self.prev[0]:
             return None
@@ -301,7 +300,7 @@ class Linker:
 
     def __init__(self) -> None:
         self.led: dict = {}              # group or session id -> (leader key, Account)
-        self.prev_boot: Optional[int] = None   # boot ticks at the previous sample's scan
+        self.prev_boot: int | None = None      # boot ticks at the previous sample's scan
 
     def find(self, stray, groups, table, known, gone: tuple, reapers, in_leaf, lost=frozenset()) -> tuple:
         """(Account or None, rule, via): the account stray joins, by which rule, through

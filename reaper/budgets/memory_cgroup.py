@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Optional
 
 from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dir_in, dying_descendants, make_owned, \
     mount_of, reclaim, remove_tree, rmdir, unwritten, why, write
@@ -42,14 +41,14 @@ class MemoryCgroup:
         self.kind = f"cgroup_v{version}"
         self.parent = parent
         self.base = ""
-        self.fd: Optional[int] = None
+        self.fd: int | None = None
         self.in_use: set = set()         # leaves holding a stray
         self.free: list = []             # leaves waiting for the next stray
         self.made = 0                    # leaves made: names m1, m2, ...
         self.mount = mount_of(parent, version, "memory")   # where /proc/PID/cgroup's paths lie
 
     @classmethod
-    def probe(cls, skip_v2: bool = False, total: Optional[int] = None) -> "MemoryCgroup":
+    def probe(cls, skip_v2: bool = False, total: int | None = None) -> "MemoryCgroup":
         """v2, then v1, its base limited to total; Unavailable says why neither can be
         used. skip_v2: the v2 hierarchy holds the strays' cpu cgroups (a process is
         in one v2 cgroup only)."""
@@ -70,7 +69,7 @@ class MemoryCgroup:
                 reasons.append(f"cgroup v{version}: {e}")
         raise Unavailable("; ".join(reasons))
 
-    def _create(self, total: Optional[int]) -> None:
+    def _create(self, total: int | None) -> None:
         if self.version == 2:
             delegate_v2(self.parent, "memory")
         try:
@@ -93,7 +92,7 @@ class MemoryCgroup:
 
     # --- limits ------------------------------------------------------------
 
-    def set_limit(self, d: str, limit: Optional[int]) -> None:
+    def set_limit(self, d: str, limit: int | None) -> None:
         if self.version == 2:
             write(os.path.join(d, "memory.max"), "max" if limit is None else str(limit))
             try:
@@ -133,7 +132,7 @@ class MemoryCgroup:
 
     # --- the pool of leaves ---------------------------------------------------
 
-    def take_leaf(self, limit: Optional[int]) -> str:
+    def take_leaf(self, limit: int | None) -> str:
         """A leaf for one stray, limited to limit: a free one, else a new one."""
         d = self.free.pop() if self.free else self._new_leaf()
         try:
@@ -185,14 +184,14 @@ class MemoryCgroup:
         """The cgroups reaper holds here: the base and every leaf."""
         return (1 + len(self.in_use) + len(self.free)) if self.base else 0
 
-    def dying(self) -> Optional[int]:
+    def dying(self) -> int | None:
         """Cgroups removed below the base that the kernel still holds (v2); None on v1."""
         return dying_descendants(self.base) if self.base and self.version == 2 else None
 
     def move(self, pid: int, d: str) -> None:
         write(os.path.join(d, "cgroup.procs"), str(pid))
 
-    def dir_of(self, data: Optional[bytes]) -> Optional[str]:
+    def dir_of(self, data: bytes | None) -> str | None:
         """The memory cgroup directory a process is in, from its /proc/PID/cgroup (data);
         None where that cannot be told."""
         return dir_in(data, self.mount, self.version, "memory")

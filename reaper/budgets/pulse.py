@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 from reaper.procfs.cgroups import own_dir
 from reaper.procfs.processes import last_pid
@@ -38,7 +37,7 @@ QUIET_MAX = 60.0       # seconds: a sleeping stray is read at least this often
 QUIET_CPU = 0.05       # CPU seconds nobody read that make every stray read
 
 
-def cgroup_usage_file() -> Optional[str]:
+def cgroup_usage_file() -> str | None:
     """The file that counts the CPU of reaper's cgroup: v1 cpuacct.usage (ns), else
     v2 cpu.stat (usage_usec); None if neither can be read."""
     found = own_dir("cpuacct")
@@ -50,7 +49,7 @@ def cgroup_usage_file() -> Optional[str]:
     return None
 
 
-def cgroup_memory_file() -> Optional[str]:
+def cgroup_memory_file() -> str | None:
     """The file that counts the memory charged to reaper's cgroup (v1
     memory.usage_in_bytes, else v2 memory.current); None if neither can be read."""
     for controller, name in (("memory", "memory.usage_in_bytes"), ("", "memory.current")):
@@ -60,7 +59,7 @@ def cgroup_memory_file() -> Optional[str]:
     return None
 
 
-def _number(path: str) -> Optional[int]:
+def _number(path: str) -> int | None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -73,7 +72,7 @@ def _number(path: str) -> Optional[int]:
         os.close(fd)
 
 
-def _usage(path: str) -> Optional[float]:
+def _usage(path: str) -> float | None:
     """CPU seconds in a cpuacct.usage or cpu.stat file; None if unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -99,13 +98,13 @@ def _usage(path: str) -> Optional[float]:
 class Pulse:
     """The two counters, read once a sample."""
 
-    def __init__(self, memory_step: Optional[int] = None, usage_file: Optional[str] = "auto") -> None:
+    def __init__(self, memory_step: int | None = None, usage_file: str | None = "auto") -> None:
         self.file = cgroup_usage_file() if usage_file == "auto" else usage_file
         self.step = memory_step              # bytes of growth that make a sweep; None: not watched
         self.memory_file = cgroup_memory_file() if memory_step is not None else None
-        self.memory_low: Optional[int] = None    # the least memory charged since the last sweep
-        self.pid: Optional[int] = None       # last_pid at the last scan
-        self.usage: Optional[float] = None   # the cgroup's CPU at the last sample
+        self.memory_low: int | None = None       # the least memory charged since the last sweep
+        self.pid: int | None = None          # last_pid at the last scan
+        self.usage: float | None = None      # the cgroup's CPU at the last sample
         self.own = time.process_time()
         self.unexplained = 0.0               # CPU seconds nobody read since the last sweep
 

@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
-from typing import Optional
 
 from reaper.procfs.files import read_regular
 from reaper.procfs.offloop import Late, OffLoop
@@ -48,11 +46,22 @@ GCS_SERVER = "core/src/ray/gcs/gcs_server"
 DAEMON_DIRS = ("_private/", "autoscaler/", "dashboard/", "util/client/")
 MAX_LAUNCHER = 1 << 16         # bytes: pip's console scripts are a few hundred
 MAX_RECORD = 8 << 20           # bytes: ray's own RECORD is about 1 MB
-PYTHON_EXE = re.compile(r"python(\d+(\.\d+)*)?[a-z]?$")
 # The interpreter's options that take a value (CPython's -W, -X, --check-hash-based-pycs).
 _TAKES_VALUE = ("W", "X")
 MAX_LINKS = 40
 CLASSIFY_TIMEOUT = 0.5         # seconds the loop waits for one process's files (a few ms when they answer)
+
+
+def python_exe(name: str) -> bool:
+    """name is a CPython interpreter's: python, python3, python3.11, python3.13t...
+    The pattern python(\\d+(\\.\\d+)*)?[a-z]?$ of re.match, without re (PID 1 need not
+    load it and its enum): \\d is any decimal digit, $ also matches before a last newline."""
+    if not name.startswith("python"):
+        return False
+    rest = name[6:-1] if name.endswith("\n") else name[6:]
+    if "a" <= rest[-1:] <= "z":
+        rest = rest[:-1]                 # a build's letter: t (free-threaded), m, d
+    return not rest or all(p.isdecimal() for p in rest.split("."))
 
 
 def _record_hash(data: bytes) -> str:
@@ -63,7 +72,7 @@ def _record_hash(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def local_package() -> Optional[str]:
+def local_package() -> str | None:
     """The ray package reaper's own interpreter would import; None if there is none.
     find_spec on a top-level name reads sys.path only: ray is not imported."""
     try:
@@ -77,7 +86,7 @@ def local_package() -> Optional[str]:
     return os.path.realpath(os.path.dirname(spec.origin))
 
 
-def resolve_in(root: str, path: str, cwd: str = "/") -> Optional[str]:
+def resolve_in(root: str, path: str, cwd: str = "/") -> str | None:
     """path as the process whose root directory is `root` sees it, symlinks resolved
     inside that root; the result is absolute within the root. None if it does not resolve."""
     if not path:
@@ -161,7 +170,7 @@ class RayProcesses:
         if len(self._packages) > 256:
             self._packages.clear()
 
-    def kind(self, pid: int, start: int, cmdline: Optional[bytes] = None) -> Optional[str]:
+    def kind(self, pid: int, start: int, cmdline: bytes | None = None) -> str | None:
         """'raylet', 'gcs_server', 'daemon' or 'ray_start' for Ray's own processes; None otherwise."""
         if cmdline is None:
             cmdline = self._cmdline(pid)
@@ -185,7 +194,7 @@ class RayProcesses:
         except OSError:
             return b""
 
-    def _classify(self, pid: int, cmdline: bytes) -> Optional[str]:
+    def _classify(self, pid: int, cmdline: bytes) -> str | None:
         # Reads of paths the process controls, all here and below (off the loop):
         # readlink and stat of /proc/PID/exe and /proc/PID/cwd; readlink of each step
         # of a path inside /proc/PID/root (resolve_in); stat of that root and of the
@@ -209,7 +218,7 @@ class RayProcesses:
             return "raylet"
         if rel == GCS_SERVER:
             return "gcs_server"
-        if not PYTHON_EXE.match(os.path.basename(real_exe)):
+        if not python_exe(os.path.basename(real_exe)):
             return None
         argv = [a.decode(errors="surrogateescape") for a in cmdline.rstrip(b"\0").split(b"\0")]
         what, arg = python_script(argv)
@@ -254,7 +263,7 @@ class RayProcesses:
         except OSError:
             return False
 
-    def _in_package(self, root: str, path: str) -> Optional[str]:
+    def _in_package(self, root: str, path: str) -> str | None:
         """path relative to the installed ray package holding it, or None."""
         parts = path.strip("/").split("/")
         for i, part in enumerate(parts[:-1]):

@@ -20,7 +20,7 @@ a sample missed is estimated (hops.count_unseen).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from reaper.procfs.processes import CLK_TCK, read_stat
 
@@ -85,7 +85,7 @@ class ReapedCPU:
         return new
 
 
-def of(scope, stats) -> Optional[ReapedCPU]:
+def of(scope, stats) -> ReapedCPU | None:
     """A ReapedCPU where reaper reaps the orphans (PID 1, a subreaper), else None."""
     if getattr(scope, "watch", False) or stats is None:
         return None

@@ -10,7 +10,6 @@ any of its interrupts.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from reaper.values import parse_cpu_list
 
@@ -83,7 +82,7 @@ def _serving_cpus(irqs: set, proc: str = "/proc") -> set:
     return cpus
 
 
-def resolve(spec: Optional[str], sys_root: str = "/sys", proc: str = "/proc", allowed=None) -> tuple:
+def resolve(spec: str | None, sys_root: str = "/sys", proc: str = "/proc", allowed=None) -> tuple:
     """(cpus or None, message): None means leave affinity alone. The roots and the
     allowed CPUs are parameters for the tests' recorded machines."""
     if spec is None:

@@ -18,9 +18,8 @@ processes re-parented to PID 1 of the namespace and everything below them.
 from __future__ import annotations
 
 import os
-import re
 import sys
-from typing import NamedTuple, Optional
+from collections import namedtuple
 
 from reaper.budgets.ray import RayProcesses
 from reaper.procfs.processes import Proc, ProcTable, read_cmdline, read_comm, read_stat
@@ -30,20 +29,17 @@ KNOWN = None             # find(): a stray the enforcer keeps, its verdict uncha
 REJUDGE_EVERY = 300.0    # seconds: a stray's command line is read again at least this often
 
 
-class Stray(NamedTuple):
-    pid: int
-    start: int           # clock ticks after boot: (pid, start) is the identity
-    ppid: int
-    comm: str
-    cmdline: str
-    reason: str          # orphan | ray-idle | match
+class Stray(namedtuple("Stray", "pid start ppid comm cmdline reason")):
+    # start: clock ticks after boot ((pid, start) is the identity); reason: orphan,
+    # ray-idle or match. collections' namedtuple: typing's would cost PID 1 its memory.
+    __slots__ = ()
 
 
 class Finder:
     def __init__(self, cfg, scope) -> None:
         self.scope = scope
-        self.match = [re.compile(r) for r in cfg.stray_match]
-        self.protect = [re.compile(r) for r in cfg.protect]
+        self.match = _compiled(cfg.stray_match)
+        self.protect = _compiled(cfg.protect)
         self.ray_aware = cfg.ray_aware
         self.ray = RayProcesses()
         self.ray_seen = False            # a raylet was found at some point
@@ -149,7 +145,7 @@ class Finder:
         """The enforcer keeps the strays of this scan now: their verdicts are its (see find)."""
         self.judged = {k: v for k, v in self.judged.items() if k not in known}
 
-    def judge_now(self, key: tuple, comm: str) -> Optional[tuple]:
+    def judge_now(self, key: tuple, comm: str) -> tuple | None:
         """(name, command line) of key, a stray seen to exec (its name is comm now), if it
         is still one; None if it is not (protected, Ray's, a zombie), or is gone."""
         seen = self._judge(key[0], Proc(key[0], 0, "S", comm, key[1]))
@@ -179,6 +175,15 @@ class Finder:
         """key was seen to exec (or rename itself): judged afresh at the next scan."""
         self.judged.pop(key, None)
         self.forgotten.add(key)
+
+
+def _compiled(patterns) -> list:
+    """The patterns compiled; re (and its enum) loaded only when there are some."""
+    if not patterns:
+        return []
+    import re
+
+    return [re.compile(r) for r in patterns]
 
 
 def _has_program(pid: int) -> bool:

@@ -10,10 +10,12 @@ Cgroup layout, made on first need and removed at exit:
 from __future__ import annotations
 
 import os
-import signal
 import time
-from typing import Optional
 
+# _signal: the numbers and pidfd_send_signal without the enum module (start-up time and memory).
+import _signal as signal
+
+from reaper import signals as _signals
 from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dir_in, dying_descendants, make_owned, \
     read as _read, remove, remove_tree, rmdir, why as _why, write as _write
 from reaper.procfs.cgroups import cgroup_dir as _cgroup_dir, mounts as _mounts, own_paths as _own_paths
@@ -35,9 +37,9 @@ class CgroupThrottle:
         self.parent = parent                     # reaper's own cgroup: strays go back here
         self.mount = mount                       # the hierarchy's mount (procfs.cgroups.Mount)
         self.base = ""                           # made by _create
-        self.fd: Optional[int] = None            # holds the owner's lock on base
+        self.fd: int | None = None               # holds the owner's lock on base
         self.leaves: set = set()                 # leaf dirs made and not removed
-        self.total: Optional[float] = None       # the base's quota (--cpu-budget-total), cores
+        self.total: float | None = None          # the base's quota (--cpu-budget-total), cores
         self._throttled: dict = {}               # dir -> last throttled time seen
 
     # --- setup -----------------------------------------------------------
@@ -94,7 +96,7 @@ class CgroupThrottle:
             self.fd = None
             raise Unavailable(f"{self.base}: {e.strerror}") from None
 
-    def _set_quota(self, d: str, cores: Optional[float]) -> None:
+    def _set_quota(self, d: str, cores: float | None) -> None:
         quota = -1 if cores is None else max(1000, int(cores * PERIOD_US))
         if self.version == 2:
             _write(os.path.join(d, "cpu.max"), f"{'max' if quota < 0 else quota} {PERIOD_US}")
@@ -105,11 +107,11 @@ class CgroupThrottle:
 
     # --- use -------------------------------------------------------------
 
-    def set_total(self, cores: Optional[float]) -> None:
+    def set_total(self, cores: float | None) -> None:
         self._set_quota(self.base, cores)
         self.total = cores
 
-    def leaf(self, key: tuple, cores: Optional[float]) -> str:
+    def leaf(self, key: tuple, cores: float | None) -> str:
         d = self.leaf_dir(key, cores)
         if cores is not None and self.total is not None:
             # cgroup v1 refuses a child's quota above its parent's (EINVAL); the
@@ -123,7 +125,7 @@ class CgroupThrottle:
         self._set_quota(d, cores)
         return d
 
-    def leaf_dir(self, key: tuple, cores: Optional[float]) -> str:
+    def leaf_dir(self, key: tuple, cores: float | None) -> str:
         """The leaf of lineage key (its root's (pid, start)) at its own budget (cores),
         or the shared one (cores None: held by the total only)."""
         return os.path.join(self.base, "shared" if cores is None else f"s{key[0]}.{key[1]}")
@@ -131,7 +133,7 @@ class CgroupThrottle:
     def move(self, pid: int, d: str) -> None:
         _write(os.path.join(d, "cgroup.procs"), str(pid))
 
-    def dir_of(self, data: Optional[bytes]) -> Optional[str]:
+    def dir_of(self, data: bytes | None) -> str | None:
         """The cpu cgroup directory a process is in, from its /proc/PID/cgroup (data);
         None where that cannot be told."""
         return dir_in(data, self.mount, self.version, "cpu")
@@ -162,7 +164,7 @@ class CgroupThrottle:
         """The cgroups reaper holds here: the base and its leaves."""
         return (1 + len(self.leaves)) if self.base else 0
 
-    def dying(self) -> Optional[int]:
+    def dying(self) -> int | None:
         """Cgroups removed below the base that the kernel still holds (v2); None on v1."""
         return dying_descendants(self.base) if self.base and self.version == 2 else None
 
@@ -203,7 +205,7 @@ class DutyCycler:
         __slots__ = ("stopped_at", "stopped_total")
 
         def __init__(self) -> None:
-            self.stopped_at: Optional[float] = None
+            self.stopped_at: float | None = None
             self.stopped_total = 0.0
 
         def stopped(self, now: float) -> float:
@@ -220,13 +222,13 @@ class DutyCycler:
         def __init__(self, handle, group=None) -> None:
             self.handle = handle
             self.fraction = 1.0
-            self.stopped_at: Optional[float] = None
+            self.stopped_at: float | None = None
             self.stopped_total = 0.0   # seconds this stray spent stopped by us
             self.group = group
-            self.cpu: Optional[float] = None     # its CPU seconds when last stopped, and when (boot ticks)
+            self.cpu: float | None = None        # its CPU seconds when last stopped, and when (boot ticks)
             self.cpu_ticks = 0
 
-    def set(self, key: tuple, handle, fraction: float, now: float, group: "Optional[DutyCycler.Group]" = None) -> None:
+    def set(self, key: tuple, handle, fraction: float, now: float, group: "DutyCycler.Group | None" = None) -> None:
         m = self.members.get(key)
         if m is None:
             m = self.members[key] = self.Member(handle, group)
@@ -271,7 +273,7 @@ class DutyCycler:
             self.lost.append((key, m.cpu, m.cpu_ticks))
             return False
         except OSError as e:               # NotPermitted, or anything else the OS says
-            self.faults.append((key, signal.Signals(signo).name, e))
+            self.faults.append((key, _signals.name(signo), e))
             return False
 
     def _cont(self, key: tuple, m, now: float) -> bool:
@@ -284,7 +286,7 @@ class DutyCycler:
     def _stop_at(self, m) -> float:
         return self.period_start + m.fraction * DUTY_PERIOD
 
-    def next_deadline(self) -> Optional[float]:
+    def next_deadline(self) -> float | None:
         if not self.members:
             return None
         due = self.period_start + DUTY_PERIOD

@@ -4,14 +4,15 @@ cgroup.stat. Read-only; what cannot be read is empty (or None), never an excepti
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from collections import namedtuple
 
 
-class Mount(NamedTuple):
-    root: str          # the cgroup the mount shows at its top: a container sees its own as "/"
-    point: str         # where it is mounted
-    version: int       # 1 or 2
-    options: frozenset  # its super options: the v1 controllers it carries
+class Mount(namedtuple("Mount", "root point version options")):
+    # root: the cgroup the mount shows at its top (a container sees its own as "/");
+    # point: where it is mounted; version: 1 or 2; options: its super options (a
+    # frozenset: the v1 controllers it carries). collections' namedtuple, not typing's:
+    # typing would cost PID 1 about 1 MB of memory.
+    __slots__ = ()
 
 
 def mounts(proc: str = "/proc") -> list:
@@ -72,13 +73,12 @@ def own_dir(controller: str, proc: str = "/proc") -> "tuple | None":
     return None
 
 
-class CgroupStat(NamedTuple):
-    """A cgroup v2 directory's cgroup.stat."""
-    path: str              # the directory read
-    live: int              # nr_descendants: live cgroups below it
-    dying: int             # nr_dying_descendants: removed, still held by the kernel (charged memory)
-    subsys: dict           # controller -> live cgroups using it (nr_subsys_*, kernel 6.12+)
-    dying_subsys: dict     # controller -> dying cgroups using it (nr_dying_subsys_*)
+class CgroupStat(namedtuple("CgroupStat", "path live dying subsys dying_subsys")):
+    """A cgroup v2 directory's cgroup.stat: the directory read; nr_descendants (live
+    cgroups below it); nr_dying_descendants (removed, still held by the kernel: charged
+    memory); controller -> live cgroups using it (nr_subsys_*, kernel 6.12+);
+    controller -> dying cgroups using it (nr_dying_subsys_*)."""
+    __slots__ = ()
 
 
 def parse_cgroup_stat(text: str, path: str = "") -> "CgroupStat | None":

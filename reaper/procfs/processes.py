@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, NamedTuple, Optional
+from collections import namedtuple
+from collections.abc import Iterable
 
 FULL_EVERY = 120.0
 
@@ -23,13 +24,14 @@ FULL_EVERY = 120.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class Proc(NamedTuple):
-    pid: int
-    ppid: int
-    state: str        # one letter, as in /proc/PID/stat: R S D Z T ... (as of its last read)
-    comm: str         # the kernel's name (15 chars), never the command line; Ray sets it to the title
-    start: int        # start time in clock ticks after boot: with pid, the identity
-    inode: int = 0    # of its /proc entry (ProcTable: a new one when the pid is reused)
+# collections' namedtuple, not typing's NamedTuple: typing (with re and enum) would cost
+# PID 1 about 1 MB of memory.
+class Proc(namedtuple("Proc", "pid ppid state comm start inode", defaults=(0,))):
+    # state: one letter, as in /proc/PID/stat: R S D Z T ... (as of its last read)
+    # comm: the kernel's name (15 chars), never the command line; Ray sets it to the title
+    # start: start time in clock ticks after boot: with pid, the identity
+    # inode: of its /proc entry (ProcTable: a new one when the pid is reused); 0 if not read
+    __slots__ = ()
 
     @property
     def started(self) -> float:
@@ -37,7 +39,7 @@ class Proc(NamedTuple):
         return self.start / CLK_TCK
 
 
-def stat_fields(pid: int, proc: str = "/proc", maxsplit: int = -1) -> Optional[tuple]:
+def stat_fields(pid: int, proc: str = "/proc", maxsplit: int = -1) -> tuple | None:
     """(comm, [the fields after it: state, ppid, ...]) of proc/PID/stat, or None if gone.
     The name is what lies between the first '(' and the last ')': it may hold anything."""
     try:
@@ -56,7 +58,7 @@ def stat_fields(pid: int, proc: str = "/proc", maxsplit: int = -1) -> Optional[t
     return data[lpar + 1:rpar].decode(errors="replace"), data[rpar + 2:].split(b" ", maxsplit)
 
 
-def read_stat(pid: int) -> Optional[tuple]:
+def read_stat(pid: int) -> tuple | None:
     """(ppid, start ticks, comm, state, utime+stime ticks) or None if gone."""
     st = stat_fields(pid, maxsplit=21)
     if st is None:
@@ -71,15 +73,14 @@ def read_stat(pid: int) -> Optional[tuple]:
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-class Counters(NamedTuple):
-    """What one read of /proc/PID/stat tells of a process found earlier."""
-    state: str        # R S D Z T ...
-    cpu: int          # utime + stime, clock ticks (every thread's)
-    rss: int          # resident memory, bytes
-    comm: str         # the kernel's name: a new one after an exec (or a prctl)
+class Counters(namedtuple("Counters", "state cpu rss comm")):
+    """What one read of /proc/PID/stat tells of a process found earlier: its state
+    (R S D Z T ...), CPU (utime + stime, clock ticks, every thread's), resident memory
+    (bytes) and the kernel's name (a new one after an exec, or a prctl)."""
+    __slots__ = ()
 
 
-def read_counters(pid: int, start: int) -> Optional[Counters]:
+def read_counters(pid: int, start: int) -> Counters | None:
     """pid's counters if it is still the process that started at start (a reused pid has
     another start time); None if gone or reused. One short read."""
     st = stat_fields(pid, maxsplit=22)
@@ -94,7 +95,7 @@ def read_counters(pid: int, start: int) -> Optional[Counters]:
         return None
 
 
-def last_pid(proc: str = "/proc") -> Optional[int]:
+def last_pid(proc: str = "/proc") -> int | None:
     """The pid handed out last in this PID namespace (/proc/loadavg's last field): it
     moves at every fork, and only then. None if unreadable."""
     try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import time
-from typing import Optional
 
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
@@ -39,8 +38,8 @@ LEAST_FRACTION = 0.01  # duty-cycling: the least share of each period a stray ru
 
 # --- the decisions, on one sample's numbers (cores) ----------------------------------
 
-def over_each(rate: Optional[float], demand: Optional[float], cycled: bool, budget: float,
-              pressing: Optional[bool] = None) -> bool:
+def over_each(rate: float | None, demand: float | None, cycled: bool, budget: float,
+              pressing: bool | None = None) -> bool:
     """A stray over --cpu-budget: it used more than budget over the window (rate), or,
     duty-cycled, would use more than RELEASE of it if let run (demand). pressing: in a
     cgroup capped at its budget, whether it hit the quota since the last sample (None:
@@ -67,8 +66,8 @@ def shares(demands: dict, total: float) -> dict:
     return {key: total * d / dsum for key, d in least.items()}
 
 
-def duty_fraction(target: float, demand: Optional[float], fraction: Optional[float] = None,
-                  used: Optional[float] = None) -> float:
+def duty_fraction(target: float, demand: float | None, fraction: float | None = None,
+                  used: float | None = None) -> float:
     """The share of each duty period a stray may run to use target cores.
 
     A stray's first (fraction None): target / demand (demand: cores it uses while
@@ -115,10 +114,10 @@ class State:
 
     def __init__(self, stray) -> None:
         self.over = False
-        self.over_since: Optional[float] = None
+        self.over_since: float | None = None
         # Members whose autogroup was reniced, or needs none (Handle.autogroup_nice).
         self.autogroup_done: set = _NONE     # a set of its own once one is added
-        self.leaf: Optional[str] = None  # cpu cgroup directory its members are held in
+        self.leaf: str | None = None     # cpu cgroup directory its members are held in
         self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
         self.fraction = 1.0              # share of each duty period they may run
         self.no_cgroup = False           # they kept leaving their cgroup: duty-cycled instead
@@ -127,7 +126,7 @@ class State:
 class Kind(_Kind):
     reason = "cpu"
     State = State
-    cgroup: Optional[CgroupThrottle] = None
+    cgroup: CgroupThrottle | None = None
 
     def judge(self, now: float) -> None:
         cfg, enf = self.cfg, self.enf
@@ -175,7 +174,7 @@ class Kind(_Kind):
             self.enf.count("throttle_sigstop", "cpu")
             self.enf.duty.set(t.key, t.handle, s.fraction, now, _group(t.acct))
 
-    def _own_leaf(self, a) -> Optional[str]:
+    def _own_leaf(self, a) -> str | None:
         """a's cgroup if it is its own (capped at its own budget), not the shared one."""
         s = a.kinds["cpu"]
         if self.cgroup is None or s.leaf is None or s.no_cgroup or s.leaf.endswith("/shared"):
@@ -194,7 +193,7 @@ class Kind(_Kind):
         self.enf.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
                           f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
-    def _respond(self, a, budget: Optional[float], share: Optional[float], now: float) -> None:
+    def _respond(self, a, budget: float | None, share: float | None, now: float) -> None:
         """The configured response to a lineage over budget (its own budget if over that,
         its share of the total if over that), step by step, on every member (a new one
         at its first sample); a member reaper may not act on is left alone from the
@@ -255,7 +254,7 @@ class Kind(_Kind):
             enf.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
         enf.stats.mechanism = self.mechanism
 
-    def _throttle(self, a, budget: Optional[float], share: Optional[float], now: float) -> None:
+    def _throttle(self, a, budget: float | None, share: float | None, now: float) -> None:
         enf, s = self.enf, a.kinds["cpu"]
         self._choose_mechanism()
         members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
@@ -281,7 +280,7 @@ class Kind(_Kind):
             enf.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
 
-    def _move_into(self, a, members: list, budget: Optional[float]) -> bool:
+    def _move_into(self, a, members: list, budget: float | None) -> bool:
         """Moves a's members into its cgroup (its own, or the shared one); False if it
         cannot be made or a member cannot be moved: then the lineage is duty-cycled."""
         s = a.kinds["cpu"]
@@ -338,11 +337,11 @@ class Kind(_Kind):
 
     # --- escapes (escapes.py) -----------------------------------------------
 
-    def leaf_of(self, a) -> Optional[str]:
+    def leaf_of(self, a) -> str | None:
         s = a.kinds["cpu"]
         return None if s.no_cgroup or self.cgroup is None else s.leaf
 
-    def leaking(self, a) -> Optional[str]:
+    def leaking(self, a) -> str | None:
         """Measured, not estimated (lineage.py): the cores of the members alive through
         the whole last interval."""
         own = self._own_leaf(a)

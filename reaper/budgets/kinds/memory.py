@@ -17,7 +17,6 @@ ends inside its cgroup is said and counted (oom_kill).
 """
 from __future__ import annotations
 
-from typing import Optional
 
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
@@ -64,7 +63,7 @@ class State:
 
     def __init__(self, stray) -> None:
         self.over = False
-        self.leaf: Optional[str] = None  # memory cgroup directory its members are held in
+        self.leaf: str | None = None     # memory cgroup directory its members are held in
         self.oom0 = 0                    # that leaf's OOM kills already said (leaves are reused)
         self.tried = False               # its memory cgroup was decided (made, or why not)
         self.gave_up = False             # its members kept leaving the leaf: judged by the sample only
@@ -73,7 +72,7 @@ class State:
 class Kind(_Kind):
     reason = "memory"
     State = State
-    cgroup: Optional[MemoryCgroup] = None
+    cgroup: MemoryCgroup | None = None
 
     def judge(self, now: float) -> None:
         """Judges what each lineage holds in all (its members' private memory), inside its
@@ -141,7 +140,7 @@ class Kind(_Kind):
 
     # --- the cap (throttle) ------------------------------------------------------------
 
-    def _memory_cgroup(self) -> Optional[MemoryCgroup]:
+    def _memory_cgroup(self) -> MemoryCgroup | None:
         """The memory cgroup, made on first need; None where none can be used (said once)."""
         enf = self.enf
         if self.mechanism is None:
@@ -218,7 +217,7 @@ class Kind(_Kind):
 
     # --- escapes (escapes.py) -----------------------------------------------
 
-    def leaf_of(self, a) -> Optional[str]:
+    def leaf_of(self, a) -> str | None:
         s = a.kinds["memory"]
         return None if s.gave_up or self.cgroup is None else s.leaf
 
