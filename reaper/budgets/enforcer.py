@@ -99,10 +99,10 @@ class Enforcer:
         self.swept = True                        # this sample reads every stray
         self.awake: dict = {}                    # id(account) -> account: its members read every sample
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
-        self.age_due: list = []                  # heap (since + max age, n, account): age judged then
+        self.age_due: list = []                  # heap (since + max age, n, account or dormant key)
         self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
         self.dormant = dormant.Records()         # key -> dormant.Dormant: sleeping strays kept small
-        self.dormant_top: list | None = None  # those holding most memory (_dormant_rows), until one changes
+        self.dormant_top: list | None = None     # those holding most memory (_dormant_rows), until one changes
         self.dormant_read = time.monotonic()     # when every dormant stray was last read
         self.scan_boots = (0, 0)                 # boot ticks of the last two scans: when dormant strays were seen
         # Budgets of all strays together judge every lineage at every sample: nothing sleeps small then.
