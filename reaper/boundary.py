@@ -78,7 +78,7 @@ def supervise(cfg, log, stats, sfd: int, main_pid: int, exporter=None, inherited
         if log is None:            # nothing before the spawn needed it: made here, inside the boundary
             from reaper.log import Log
 
-            log = policy.log = Log(cfg.verbosity)
+            log = policy.log = Log(cfg.verbosity, cfg.log_format)
         if note:
             log.debug(note)
         from reaper import pieces

@@ -196,4 +196,4 @@ def _core_only(cfg, sfd: int, pid: int, e: BaseException) -> int:
 def _new_log(cfg):
     from reaper.log import Log
 
-    return Log(cfg.verbosity)
+    return Log(cfg.verbosity, cfg.log_format)

@@ -1,4 +1,11 @@
-"""reaper's log: stderr only, one line per event, ``reaper[PID]: LEVEL message``.
+"""reaper's log: stderr only, one line per event, ``reaper[PID]: LEVEL message``, or
+with --log-format json one JSON object a line: {"time", "level", "pid", "event", "msg",
+"fields"} (the summary's figures in "fields", an object), for a pipeline's JSON parser.
+
+Every message is escaped here, in one place (reaper.text.display: control characters
+and undecodable bytes as \\x1b, \\n...): the messages carry what processes control
+(names, command lines, paths), and an ESC or a newline must neither drive a terminal
+nor forge a line. JSON encoding escapes the rest.
 
 Written with os.write rather than the logging module: it costs nothing at
 import and never buffers. Two rules keep PID 1 alive whatever stderr is:
@@ -15,6 +22,8 @@ import and never buffers. Two rules keep PID 1 alive whatever stderr is:
 import os
 import stat
 import time
+
+from reaper.text import display
 
 ERROR, WARN, INFO, DEBUG = 0, 1, 2, 3
 _NAMES = ("ERROR", "WARN", "INFO", "DEBUG")
@@ -90,21 +99,47 @@ def _room(fd: int) -> bool:
 
 
 class Log:
-    def __init__(self, verbosity: int = 1) -> None:
+    def __init__(self, verbosity: int = 1, fmt: str = "text") -> None:
         self.verbosity = verbosity
         self.pid = os.getpid()
         self.dropped = 0                            # lines stderr could not take
         self._out = _Stderr()
         self._repeats: dict = {}                    # key -> [first seen, count since printed, level, msg]
+        self._dumps = None
+        if fmt == "json":
+            import json                             # only when asked for: the text path imports nothing
 
-    def _emit(self, level: int, msg: str, label: int = -1) -> None:
+            self._dumps = json.dumps
+
+    def _emit(self, level: int, msg: str, label: int = -1, event=None, fields=None) -> None:
         if level > self.verbosity and level != ERROR:
             return
-        data = f"reaper[{self.pid}]: {_NAMES[level if label < 0 else label]} {msg}".encode(errors="backslashreplace")
-        if len(data) >= MAX_LINE:
-            data = data[:MAX_LINE - 4] + b"..."
+        name = _NAMES[level if label < 0 else label]
+        text = display(msg)                         # what a process put in msg is escaped here
+        if self._dumps is None:
+            data = f"reaper[{self.pid}]: {name} {text}".encode()
+            if len(data) >= MAX_LINE:
+                data = data[:MAX_LINE - 4] + b"..."
+        else:
+            data = self._object(name, text, event, fields)
         if not self._out.write(data + b"\n"):
             self.dropped += 1
+
+    def _object(self, level: str, text: str, event, fields) -> bytes:
+        """One JSON object (ASCII: every control character and non-ASCII one escaped),
+        shortened as a whole object under MAX_LINE, never cut in the middle."""
+        if not isinstance(event, str):
+            event = event[0] if event and isinstance(event[0], str) else "log"
+        t = time.time()
+        obj = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z",
+               "level": level, "pid": self.pid, "event": event, "msg": text, "fields": fields or {}}
+        data = self._dumps(obj, default=str).encode()
+        if len(data) >= MAX_LINE:
+            obj["msg"] = text[:MAX_LINE // 8] + "..." if len(text) > MAX_LINE // 8 else text
+            if len(self._dumps(obj["fields"], default=str)) > MAX_LINE // 2:
+                obj["fields"] = {"truncated": True}
+            data = self._dumps(obj, default=str).encode()
+        return data
 
     def error(self, msg: str) -> None:
         self._emit(ERROR, msg)
@@ -118,10 +153,12 @@ class Log:
     def debug(self, msg: str) -> None:
         self._emit(DEBUG, msg)
 
-    def summary(self, msg: str, news: bool) -> None:
+    def summary(self, msg: str, news: bool, fields: "dict | None" = None) -> None:
         """The exit summary: an INFO line, printed at the default level too (warnings)
-        when there is news; nothing with -q."""
-        self._emit(WARN if news else INFO, msg, label=INFO)
+        when there is news; nothing with -q. In JSON, fields (the figures) are the
+        object's "fields" and msg is not repeated."""
+        self._emit(WARN if news else INFO, "summary" if self._dumps and fields is not None else msg,
+                   label=INFO, event="summary", fields=fields)
 
     def pending(self) -> bool:
         """Whether the end has something of the log's to say: a lost line, or
@@ -145,11 +182,11 @@ class Log:
         if r is not None and r[1]:
             msg += f" (and {r[1]} more like it in the {now - r[0]:.0f}s before)"
         self._repeats[key] = [now, 0, level, msg]
-        self._emit(level, msg)
+        self._emit(level, msg, event=key)
 
     def close(self) -> None:
         """Prints the counts of repeats not yet reported."""
-        for r in self._repeats.values():
+        for key, r in self._repeats.items():
             if r[1]:
-                self._emit(r[2], f"{r[3]} (repeated {r[1]} more times)")
+                self._emit(r[2], f"{r[3]} (repeated {r[1]} more times)", event=key)
         self._repeats.clear()

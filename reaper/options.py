@@ -56,6 +56,7 @@ class Config:
     pdeath_signal = 0
     warn_on_reap = False
     verbosity = 1                 # 0 errors, 1 warnings and news (default), 2 events, 3 debug
+    log_format = "text"           # text | json: one JSON object a line (reaper/log.py)
     grace = 5.0
     no_drain = False
     pause = False
@@ -254,6 +255,7 @@ def _action(text: str) -> str:
 
 RESTART_POLICIES = ("always", "on-failure", "never")
 NODE_METRICS_MODES = ("summary", "per-core", "off")
+LOG_FORMATS = ("text", "json")
 SERVICE_FAILURE_ACTIONS = ("ignore", "stop")
 
 
@@ -329,6 +331,9 @@ OPTIONS = (
            env=("REAPER_VERBOSITY", "TINI_VERBOSITY")),
     Option("quiet", "q", "verbosity", "quiet",
            "log errors only: no warnings, no summary (as REAPER_VERBOSITY=0)", env=("REAPER_QUIET",)),
+    Option("log-format", "", "log_format", "value",
+           "text | json: each log line as text or as one JSON object (time, level, event, fields) ({default})",
+           "FORMAT", _choice(LOG_FORMATS, "log format"), env=("REAPER_LOG_FORMAT",)),
     Option("rewrite", "r", "rewrite", "list", "forward signal S as R; R=0 drops it (repeatable)",
            "S:R", _rewrite, env=("REAPER_REWRITE",)),
     Option("grace", "", "grace", "value",

@@ -38,7 +38,7 @@ def _log(cfg, log):
         return log
     from reaper.log import Log
 
-    return Log(cfg.verbosity)
+    return Log(cfg.verbosity, cfg.log_format)
 
 
 def _exec_error(command: str, err: int) -> str:

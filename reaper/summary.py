@@ -11,7 +11,7 @@ def write(cfg, stats, log) -> None:
     summary = stats.summary()
     summary["log_lines_dropped"] = log.dropped
     line = json.dumps(summary, sort_keys=True)
-    log.summary(f"summary {line}", stats.news(log.dropped))
+    log.summary(f"summary {line}", stats.news(log.dropped), summary)
     if cfg.summary_file:
         tmp = f"{cfg.summary_file}.tmp{os.getpid()}"
         try:

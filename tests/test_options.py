@@ -11,7 +11,7 @@ SAMPLE = {  # a valid value for each option that takes one
     "memory_budget": "64M", "memory_budget_total": "1Gi", "stray_max_age": "3600",
     "stray_match": "stress", "protect": "raylet", "stray_cpus": "0", "metrics_port": "9300",
     "metrics_address": "127.0.0.1", "metrics_file": "/tmp/x.prom", "metrics_interval": "3",
-    "summary_file": "/tmp/s.json", "node_metrics": "per-core",
+    "summary_file": "/tmp/s.json", "node_metrics": "per-core", "log_format": "json",
     "services": "web=sleep 60", "restart": "on-failure", "restart_delay": "0.5",
     "restart_max_delay": "60", "restart_limit": "3/60", "on_service_failure": "stop", "service_ready": "db",
     "wait_ready": "10",

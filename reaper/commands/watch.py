@@ -19,8 +19,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 def _takes(o: options.Option) -> bool:
     """The options reaper watch takes: the metrics and budget ones (not --summary-file:
-    it has no summary), --grace (the terminate action's delay) and -v."""
-    return (o.section in ("metrics", "budget") and o.dest != "summary_file") or o.long in ("grace", "verbose")
+    it has no summary), --grace (the terminate action's delay), -v and --log-format."""
+    return (o.section in ("metrics", "budget") and o.dest != "summary_file") or o.long in ("grace", "verbose", "log-format")
 
 
 FLAGS = tuple(o for o in options.OPTIONS if _takes(o))
@@ -98,7 +98,7 @@ def _watch(cfg: options.Config, sfd: int) -> int:
     from reaper.log import Log
     from reaper.stats import Stats
 
-    log = Log(cfg.verbosity)
+    log = Log(cfg.verbosity, cfg.log_format)
     idle = cfg.idle_budget_options()
     if idle:
         log.warn(f"{', '.join(idle)}: {options.IDLE_BUDGET_HINT}")
