@@ -100,7 +100,8 @@ def test_a_signal_while_reaper_loads_reaches_the_child(tmp_path, how, name):
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     r = Reaper(["-v", "--", "cat"], exe=LAUNCHERS[how], env=_env(str(site), STARTUP_TEST_PAUSE=f"{go_r},{ready_w}"),
-               pass_fds=(go_r, ready_w), stdin=subprocess.PIPE, cwd=tmp_path)
+               pass_fds=(go_r, ready_w), stdin=subprocess.PIPE, cwd=tmp_path,
+               preexec_fn=invoker_signals())   # SIGINT at its default for cat, even under `nohup ... &`
     os.close(go_r)
     os.close(ready_w)
     try:
@@ -300,7 +301,7 @@ def test_a_signal_in_the_first_milliseconds_is_forwarded_once_blocked_and_never_
     cfg = {"argv": LAUNCHERS["bin/reaper"], "signal": int(sig), "poll": sorted(calls),
            "max_ms": 50, "step_ms": 2.5, "budget": 11}
     p = subprocess.run([PYTHON, "-c", TRIALS, json.dumps(cfg)], env=_env(), cwd=tmp_path, capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=60, preexec_fn=invoker_signals())   # not the invoker's SIG_IGN
     assert p.returncode == 0, (p.stdout[-300:], p.stderr)
     trials = [json.loads(line) for line in p.stdout.splitlines()]
     assert max(t["offset"] for t in trials) >= 25, f"too few trials in the time budget: {len(trials)}"
