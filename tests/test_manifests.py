@@ -44,8 +44,9 @@ K8S = REPO / "docker" / "k8s"
 REAPER_ENV = {var for o in options.OPTIONS for var in o.env}
 RAY_METRICS_PORT = 8080
 KUBERAY_EXEC = 'exec bash -c "$KUBERAY_GEN_RAY_START_CMD"'
-# 65536 where the hard limit allows it, else the hard limit: never "cannot modify limit".
-ULIMIT = 'ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"; '
+# KubeRay's limit (RAY_START_ULIMIT_OPEN_FILES, else 65536) where the hard limit allows it,
+# else the hard limit: never "cannot modify limit".
+ULIMIT = 'ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536} 2>/dev/null || ulimit -n "$(ulimit -Hn)"; '
 
 
 def _docs(name: str) -> list:
@@ -181,16 +182,26 @@ def test_raycluster_runs_reaper_as_pid1_with_ray_as_its_main_child():
 
 # --- the sidecar ---------------------------------------------------------------------------
 
-def test_sidecar_shares_the_pid_namespace_and_runs_reaper_watch(monkeypatch):
+SIDECARS = {"sidecar.yaml": "initContainers", "sidecar-pre-1.29.yaml": "containers"}
+
+
+@pytest.mark.parametrize("name", sorted(SIDECARS))
+def test_sidecar_shares_the_pid_namespace_and_runs_reaper_watch(monkeypatch, name):
     from reaper import commands
 
-    (cluster,) = _docs("sidecar.yaml")
+    (cluster,) = _docs(name)
     assert "ray.io/overwrite-container-cmd" not in cluster["metadata"].get("annotations", {})
     for templates in _templates(cluster).values():
         for t in templates:
             spec = t["spec"]
             assert spec["shareProcessNamespace"] is True
-            (side,) = [c for c in spec["containers"] if c.get("command", [])[:2] == ["reaper", "watch"]]
+            (side,) = [c for c in spec.get(SIDECARS[name], []) if c.get("command", [])[:2] == ["reaper", "watch"]]
+            if SIDECARS[name] == "initContainers":
+                # a native sidecar (Kubernetes >= 1.29): starts before Ray, stops after it
+                assert side["restartPolicy"] == "Always"
+                assert spec["initContainers"] == [side]
+            else:
+                assert "restartPolicy" not in side
             env = _env(side)
             assert set(env) <= REAPER_ENV
             for k in REAPER_ENV:
@@ -207,9 +218,120 @@ def test_sidecar_shares_the_pid_namespace_and_runs_reaper_watch(monkeypatch):
             assert spec["terminationGracePeriodSeconds"] > drain
 
 
+def test_the_pre_129_sidecar_is_the_native_one_with_reaper_as_a_container():
+    """The two sidecar examples differ only in where reaper watch is."""
+    (native,) = _docs("sidecar.yaml")
+    (old,) = _docs("sidecar-pre-1.29.yaml")
+    for templates in _templates(native).values():
+        for t in templates:
+            spec = t["spec"]
+            (side,) = spec.pop("initContainers")
+            del side["restartPolicy"]
+            spec["containers"].append(side)
+    assert native == old
+
+
+# --- Pod Security "restricted" --------------------------------------------------------------
+# The rules of the Pod Security Standards (kubernetes.io/docs/concepts/security/
+# pod-security-standards/, v1.33), baseline's and restricted's, as the admission
+# controller applies them to a pod spec. Each returns what breaks it.
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                 "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+
+def _pod_security(spec: dict) -> set:
+    """What of spec breaks "restricted" (and so also what breaks "baseline": those
+    rule names start with baseline-)."""
+    broken = set()
+    pod = spec.get("securityContext", {})
+    containers = [*spec.get("initContainers", []), *spec.get("containers", []), *spec.get("ephemeralContainers", [])]
+    for host in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(host):
+            broken.add(f"baseline-{host}")
+    for v in spec.get("volumes", []):
+        kind = next(k for k in v if k != "name")
+        if kind == "hostPath":
+            broken.add("baseline-hostPath")
+        if kind not in RESTRICTED_VOLUMES:
+            broken.add(f"volume-{kind}")
+    if pod.get("seccompProfile", {}).get("type") == "Unconfined":
+        broken.add("baseline-seccomp")
+    if pod.get("runAsUser") == 0:
+        broken.add("runAsUser-0")
+    for c in containers:
+        sc = c.get("securityContext", {})
+        caps = sc.get("capabilities", {})
+        if sc.get("privileged"):
+            broken.add("baseline-privileged")
+        if set(caps.get("add", [])) - BASELINE_CAPS:
+            broken.add("baseline-capabilities")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            broken.add("baseline-hostPort")
+        if sc.get("procMount", "Default") != "Default":
+            broken.add("baseline-procMount")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            broken.add(f"allowPrivilegeEscalation:{c['name']}")
+        if "ALL" not in caps.get("drop", []) or set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            broken.add(f"capabilities:{c['name']}")
+        if sc.get("runAsNonRoot") is False or not (sc.get("runAsNonRoot") or pod.get("runAsNonRoot")):
+            broken.add(f"runAsNonRoot:{c['name']}")
+        if sc.get("runAsUser") == 0:
+            broken.add(f"runAsUser-0:{c['name']}")
+        seccomp = sc.get("seccompProfile", pod.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            broken.add(f"seccomp:{c['name']}")
+    return broken
+
+
+def _pod_specs(name: str) -> list:
+    specs = []
+    for d in _docs(name):
+        if d["kind"] == "RayCluster":
+            specs += [t["spec"] for ts in _templates(d).values() for t in ts]
+        elif d["kind"] == "DaemonSet":
+            specs.append(d["spec"]["template"]["spec"])
+    return specs
+
+
+@pytest.mark.parametrize("name", ["raycluster.yaml", "sidecar.yaml", "sidecar-pre-1.29.yaml"])
+def test_ray_pods_fit_pod_security_restricted(name):
+    specs = _pod_specs(name)
+    assert len(specs) == 2
+    for spec in specs:
+        assert _pod_security(spec) == set(), name
+        for c in [*spec.get("initContainers", []), *spec["containers"]]:
+            # no capability added back: reaper needs none where it runs as Ray's uid
+            assert "add" not in c["securityContext"].get("capabilities", {}), c["name"]
+            if c.get("command", [])[:2] == ["reaper", "watch"]:
+                assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_node_daemonset_breaks_only_baselines_host_rules():
+    """reaper node needs the host's pids and files (hostPID, hostPath): nothing else of
+    "restricted" is given up."""
+    (spec,) = _pod_specs("reaper-node.yaml")
+    assert _pod_security(spec) == {"baseline-hostPID", "baseline-hostPath", "volume-hostPath"}
+
+
+def test_the_pod_security_check_finds_what_breaks_restricted():
+    (cluster,) = _docs("raycluster.yaml")
+    spec = _templates(cluster)["head"][0]["spec"]
+    c = spec["containers"][0]["securityContext"]
+    c["capabilities"]["add"] = ["SYS_NICE"]
+    c["allowPrivilegeEscalation"] = True
+    spec["securityContext"]["seccompProfile"]["type"] = "Unconfined"
+    del spec["securityContext"]["runAsNonRoot"]
+    assert _pod_security(spec) == {"capabilities:ray-head", "allowPrivilegeEscalation:ray-head",
+                                   "baseline-seccomp", "seccomp:ray-head", "runAsNonRoot:ray-head",
+                                   "baseline-capabilities"}
+
+
 # --- monitoring ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cluster_file", ["raycluster.yaml", "sidecar.yaml"])
+@pytest.mark.parametrize("cluster_file", ["raycluster.yaml", "sidecar.yaml", "sidecar-pre-1.29.yaml"])
 def test_podmonitors_scrape_ports_that_exist(cluster_file):
     (cluster,) = _docs(cluster_file)
     monitors = _docs("podmonitor.yaml")
@@ -229,8 +351,8 @@ def test_podmonitors_scrape_ports_that_exist(cluster_file):
             assert relabel["sourceLabels"] == ["__meta_kubernetes_pod_node_name"]
         for t in _templates(cluster)[node_type]:
             names = set()
-            for c in t["spec"]["containers"]:
-                names |= set(_ports(c))
+            for c in [*t["spec"].get("initContainers", []), *t["spec"]["containers"]]:
+                names |= set(_ports(c))     # Prometheus finds an init container's ports too
             assert set(wanted) <= names, (node_type, set(wanted) - names)
     assert covered == {"head", "worker"}
 
@@ -484,3 +606,25 @@ def test_the_daemonsets_command_names_a_root_culprit_without_privilege(tmp_path,
                 p.kill()
                 p.wait(30)
 
+
+
+def test_the_ulimit_follows_kuberays_variable():
+    """KubeRay's own command sets `ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}`: the
+    manifest's wrapper does the same, run for real (the generated command prints it)."""
+    import subprocess
+
+    (cluster,) = _docs("raycluster.yaml")
+    for t in [t for ts in _templates(cluster).values() for t in ts]:
+        script = _ray_container(t)["command"][-1]
+        base = {"PATH": "/usr/bin:/bin", "KUBERAY_GEN_RAY_START_CMD": "ulimit -n"}
+        got = subprocess.run(["bash", "-c", script], env={**base, "RAY_START_ULIMIT_OPEN_FILES": "2000"},
+                             capture_output=True, text=True, timeout=30)
+        assert (got.stdout, got.stderr) == ("2000\n", "")
+        got = subprocess.run(["bash", "-c", script], env=base, capture_output=True, text=True, timeout=30)
+        assert got.stderr == "" and int(got.stdout) in (65536, _hard_nofile())
+
+
+def _hard_nofile() -> int:
+    import resource
+
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
