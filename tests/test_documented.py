@@ -343,3 +343,21 @@ def test_stray_cpu_seconds_by_value(reaper):
     assert 0.6 * 0.8 <= counted <= 0.6 + 0.5, counted
     r.send(signal.SIGTERM)
     assert r.wait() == 143
+
+
+# --- the README's sample run ----------------------------------------------------------------
+
+def test_the_readme_sample_summary_is_the_real_one(tmp_path):
+    """README.md's first command, run for real (not as PID 1, as there): the same keys
+    and the same values, but for pids and times."""
+    import re
+
+    readme = open(os.path.join(HERE, os.pardir, "README.md")).read()
+    shown = json.loads(re.search(r"^reaper\[\d+\]: INFO summary (\{.*\})$", readme, re.M).group(1))
+    out = subprocess.run([REAPER, "--", "sh", "-c", 'sleep 1 & echo "hello from $$"; exit 3'],
+                         capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert out.returncode == 3 and out.stdout.startswith("hello from ")
+    real = json.loads(re.search(r"^reaper\[\d+\]: INFO summary (\{.*\})$", out.stderr, re.M).group(1))
+    assert sorted(real) == sorted(shown), "README.md's sample summary has other keys than the real one"
+    varying = {"main_pid", "drain_seconds", "uptime_seconds"}
+    assert {k: v for k, v in real.items() if k not in varying} == {k: v for k, v in shown.items() if k not in varying}
