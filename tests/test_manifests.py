@@ -108,6 +108,11 @@ def test_dockerfiles(name):
     cfg = options.parse(["true"], environ=d["ENV"])
     assert cfg.metrics_port == options.DEFAULT_METRICS_PORT
     assert d["EXPOSE"] == [cfg.metrics_port]
+    # reaper top works in the image (the docs show it in every pod): the [top] extra
+    text = (REPO / "docker" / name).read_text()
+    assert ("'/src[top]'" in text) and (name == "Dockerfile.python" or "'reaper-init[top]'" in text)
+    if name == "Dockerfile.python":     # the runtime only: no installer copied into the final stage
+        assert re.search(r"pip uninstall [^\n]*setuptools wheel pip", text)
     if name == "Dockerfile":
         assert re.fullmatch(r"rayproject/ray:2\.\d+\.\d+-py3\d+(-\w+)?", d["ARG"]["BASE_IMAGE"])
         assert cfg.budgets_enabled and cfg.budget_action in options.BUDGET_ACTIONS
