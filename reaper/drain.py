@@ -28,7 +28,7 @@ import time
 # _signal: the numbers without the enum module (start-up time and memory).
 import _signal as signal
 
-from reaper.policy import SERVICES, STATISTICS
+from reaper.policy import SERVICES, STATISTICS, Backoff
 
 KILL_WAIT = 5.0          # seconds SIGKILLed processes get to be reaped
 RESCAN_FIRST = 0.05      # as subreaper, look for late children this soon after SIGKILL,
@@ -39,18 +39,19 @@ _STOPS = (1 << (signal.SIGSTOP - 1),
 
 
 class Drain:
-    def __init__(self, cfg, log, stats, policy) -> None:
+    def __init__(self, cfg, log, stats, policy, scope) -> None:
         self.cfg = cfg
         self.log = log
         self.stats = stats
         self.policy = policy              # boundary.Policy: the services piece may be switched off
+        self.scope = scope                # reaper/scope.py: the Supervisor
         self.pid = os.getpid()
         self.is_pid1 = self.pid == 1
         self.phase = "running"
         self.started = 0.0
         self.deadline: "float | None" = None
         self.rescan_at: "float | None" = None
-        self.rescan_every = RESCAN_FIRST
+        self.rescan = Backoff(RESCAN_FIRST, RESCAN_MAX)
         self.targets: dict = {}           # pid -> start time, at drain start
         self.kill_targets: dict = {}      # pid -> start time, still alive at SIGKILL
         self.denied: dict = {}            # pid -> name: processes reaper may not signal
@@ -96,8 +97,7 @@ class Drain:
             if self.rescan_at is not None and now >= self.rescan_at:
                 # Children forked after the last look, or orphans of the killed.
                 self._kill_children()
-                self.rescan_every = min(RESCAN_MAX, self.rescan_every * 2)
-                self.rescan_at = now + self.rescan_every
+                self.rescan_at = now + self.rescan.next()
         return False
 
     def kill_now(self) -> None:
@@ -113,8 +113,8 @@ class Drain:
         finally:
             self._signal_scope(signal.SIGKILL, None if self.is_pid1 else self.kill_targets or None)
         if not self.is_pid1:
-            self.rescan_every = RESCAN_FIRST
-            self.rescan_at = time.monotonic() + self.rescan_every
+            self.rescan.reset()
+            self.rescan_at = time.monotonic() + self.rescan.next()
         if self.kill_targets:
             self.log.info(f"sent SIGKILL to {len(self.kill_targets)} process(es) left")
 
@@ -203,13 +203,14 @@ class Drain:
         """pid -> start time of every process reaper is responsible for now: the whole
         namespace as PID 1, else its descendants. One read of /proc/*/stat, no psutil.
         Empty without /proc (then said once)."""
+        from reaper import scope
         from reaper.procfs import processes
 
         table = processes.scan()
         if not table and not os.path.exists("/proc/self/stat"):
             self._once_no_proc()
             return {}
-        pids = set(table) - {self.pid} if self.is_pid1 else processes.descendants(table, self.pid)
+        pids = scope.members(self.scope, table)
         self.stopped = {pid for pid in pids if table[pid].state in ("T", "t")}
         return {pid: table[pid].start for pid in pids if table[pid].state != "Z"}
 
