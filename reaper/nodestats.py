@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from reaper.procfs.cgroups import CgroupStat, cgroup_dir, mounts, own_paths, parse_cgroup_stat
+from reaper.procfs.cgroups import CgroupStat, cgroup_dir, mounts, own_dir, own_paths, parse_cgroup_stat
 from reaper.procfs.processes import CLK_TCK
 
 SATURATED = 0.95                 # a core at or above this busy ratio counts as saturated
@@ -123,27 +123,6 @@ def proc_cgroups(proc: str = "/proc") -> "dict | None":
     return out
 
 
-def _find_controller(controller: str, proc: str = "/proc") -> "str | None":
-    """Directory of this process's cgroup for controller (v1 first, then v2)."""
-    found, own = mounts(proc), own_paths(proc)
-    for m in found:
-        if m.version == 1 and controller in m.options and controller in own:
-            d = cgroup_dir(m, own[controller])
-            if d is not None:
-                return d
-    for m in found:
-        if m.version == 2 and "" in own:
-            try:
-                with open(os.path.join(m.point, "cgroup.controllers")) as f:
-                    if controller in f.read().split():
-                        d = cgroup_dir(m, own[""])
-                        if d is not None:
-                            return d
-            except OSError:
-                continue
-    return None
-
-
 def _read_int(path: str) -> "float | None":
     try:
         with open(path) as f:
@@ -160,9 +139,10 @@ class Pids(NamedTuple):
 
 def cgroup_pids(proc: str = "/proc") -> "Pids | None":
     """pids.current of reaper's cgroup and the tightest pids.max on the way up; None if unreadable."""
-    where = _find_controller("pids", proc)
-    if where is None:
+    found = own_dir("pids", proc, or_v2=True)
+    if found is None:
         return None
+    where = found[1]
     current = _read_int(os.path.join(where, "pids.current"))
     if current is None:
         return None

@@ -18,10 +18,13 @@ import sys
 from collections import namedtuple
 from collections.abc import Iterable
 
+from reaper.procfs.cgroups import read_pid_cgroup
+
 FULL_EVERY = 120.0
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CGROUP_TEXT_MAX = 8192      # bytes of /proc/PID/cgroup read_cgroup() reads at most
 
 
 # collections' namedtuple, not typing's NamedTuple: typing (with re and enum) would cost
@@ -203,8 +206,10 @@ def read_comm(pid: int) -> str:
 
 
 def read_cgroup(pid: int, proc: str = "/proc") -> str:
-    """proc/PID/cgroup (kernel-made; bounded: a path is at most a few hundred bytes); "" when gone."""
-    return _read_small(pid, "cgroup", 8192, proc).decode(errors="replace")
+    """proc/PID/cgroup as text, through the one reader (procfs/cgroups.py), bounded at
+    CGROUP_TEXT_MAX (a path is at most a few hundred bytes); "" when gone or longer."""
+    data = read_pid_cgroup(pid, CGROUP_TEXT_MAX, proc)
+    return "" if data is None else data.decode(errors="replace")
 
 
 class ProcTable:
