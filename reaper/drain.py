@@ -141,10 +141,12 @@ class Drain:
         if scope_is_empty(self.no_children, self.main_group):
             self.targets = {}                       # the common end: no /proc scan, no imports
             return
+        from reaper.procfs.processes import visible
+
         self.targets = self._scope()
         if self._services_kept():       # the services and their trees come later, in order
             self.targets = self.policy.call(SERVICES, self.services.exclude, self.targets) or {}
-        if not self.targets and os.path.exists("/proc/self/stat"):
+        if not self.targets and visible():
             return                                  # nothing left: the next wait says ECHILD
         if self.cfg.grace <= 0:
             self.kill_now()
@@ -155,7 +157,7 @@ class Drain:
         self._signal_scope(signal.SIGTERM, self.targets)
         # A stopped process must run to handle SIGTERM: SIGCONT to those /proc shows
         # stopped, and only to them (without /proc, to all, as it cannot tell).
-        if not os.path.exists("/proc/self/stat"):
+        if not visible():
             self._signal_scope(signal.SIGCONT, self.targets)
             return
         # ...and to those about to stop (a stop signal pending, not yet acted on): they
@@ -207,7 +209,7 @@ class Drain:
         from reaper.procfs import processes
 
         table = processes.scan()
-        if not table and not os.path.exists("/proc/self/stat"):
+        if not table and not processes.visible():
             self._once_no_proc()
             return {}
         pids = scope.members(self.scope, table)
@@ -231,8 +233,10 @@ class Drain:
             except OSError:   # ESRCH: nobody left; EPERM: none it may signal
                 pass
             return
+        from reaper.procfs.processes import visible
+
         targets = self._scope() if targets is None else targets
-        if not targets and not os.path.exists("/proc/self/stat"):
+        if not targets and not visible():
             if not self.main_group:
                 return          # pause mode: no group to fall back on (kill(0) would be reaper's own)
             # Blind without /proc: the main child's group at least (a group id
@@ -282,17 +286,18 @@ def stop_pending(pid: int) -> bool:
     """True if pid has a stop signal pending that will stop it: SIGSTOP, or a
     job-control one it neither blocks nor ignores (its default action is to stop;
     a handler of its own is counted too, harmlessly)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f if line[:3] in (b"Sig", b"Shd"))
-        pending = int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16)
-        held = int(fields[b"SigBlk"], 16) | int(fields[b"SigIgn"], 16)
-    except (OSError, ValueError, KeyError):
+    from reaper.procfs.processes import signal_masks
+
+    masks = signal_masks(pid)
+    if masks is None:
         return False
-    return bool(pending & _STOPS[0] or pending & _STOPS[1] & ~held)
+    pending, blocked, ignored = masks
+    return bool(pending & _STOPS[0] or pending & _STOPS[1] & ~(blocked | ignored))
 
 
 # --- the minimal loop's drain: os alone ---------------------------------------------
+# These read /proc with os alone, not through reaper/procfs: the minimal loop must work
+# when no file can be opened to import a module (the documented exception to procfs/).
 
 def signal_rest(signo: int, main_group: int) -> None:
     """signo to everything left: the namespace as its PID 1, else reaper's children

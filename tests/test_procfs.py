@@ -152,3 +152,37 @@ def test_the_tree_below_a_process():
     assert processes.descendants(table, 2) == {3}
     assert processes.descendants(table, 1) == {2, 3, 4}
     assert processes.below(processes.children_index(table.values()), [4]) == set()
+
+
+def test_signal_masks_show_what_this_process_blocks():
+    import signal
+
+    bit = 1 << (signal.SIGUSR2 - 1)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        pending, blocked, ignored = processes.signal_masks(os.getpid())
+        assert blocked & bit and not pending & bit
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    assert not processes.signal_masks(os.getpid())[1] & bit
+    assert processes.signal_masks(2 ** 22 + 1) is None          # above pid_max: never a process
+    assert processes.visible()
+
+
+# --- node-wide figures --------------------------------------------------------------------
+
+def test_system_figures_from_a_recorded_proc(tmp_path):
+    from reaper.procfs import system
+
+    proc = DATA / "node" / "proc"
+    assert system.read_cpu_times(str(proc))                       # per-core lines, cpu0...
+    assert set(system.proc_cgroups(str(proc))) >= {"memory"}
+    (tmp_path / "uptime").write_text("12.5 40.0\n")
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "statm").write_text("100 25 5 1 0 50 0\n")
+    assert system.uptime(str(tmp_path)) == 12.5
+    assert system.own_rss(str(tmp_path)) == 25 * os.sysconf("SC_PAGE_SIZE")
+    assert system.own_rss(str(tmp_path / "none")) is None
+    assert system.proc_cgroups(str(tmp_path)) is None
+    with pytest.raises(OSError):
+        system.uptime(str(tmp_path / "none"))

@@ -130,17 +130,30 @@ def own_dir(controller: str, proc: str = "/proc", or_v2: bool = False) -> "tuple
     if not (or_v2 and controller and "" in own):
         return None
     for m in found:
-        if m.version != 2:
-            continue
-        try:
-            with open(os.path.join(m.point, "cgroup.controllers")) as f:
-                enabled = controller in f.read().split()
-        except OSError:
-            continue
-        d = cgroup_dir(m, own[""]) if enabled else None
+        d = cgroup_dir(m, own[""]) if m.version == 2 and enabled(m, controller) else None
         if d is not None:
             return 2, d
     return None
+
+
+def enabled(mount: Mount, controller: str) -> bool:
+    """controller is enabled at the top of v2 mount (its cgroup.controllers lists it)."""
+    try:
+        with open(os.path.join(mount.point, "cgroup.controllers")) as f:
+            return controller in f.read().split()
+    except OSError:
+        return False
+
+
+def read_number(path: str) -> "float | None":
+    """A cgroup file holding one number or "max" (pids.max, memory.max...): inf for max;
+    None if it cannot be read."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return float("inf") if text == "max" else float(text)
 
 
 class CgroupStat(namedtuple("CgroupStat", "path live dying subsys dying_subsys")):

@@ -197,6 +197,23 @@ def _read_small(pid: int, name: str, limit: int, proc: str = "/proc") -> bytes:
         os.close(fd)
 
 
+def visible() -> bool:
+    """/proc is there and shows this process (not an empty directory bound over it)."""
+    return os.path.exists("/proc/self/stat")
+
+
+def signal_masks(pid: int) -> "tuple | None":
+    """(pending, blocked, ignored) signal masks of pid from /proc/PID/status, pending
+    being its main thread's and the process's shared ones; None if gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f if line[:3] in (b"Sig", b"Shd"))
+        return (int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16),
+                int(fields[b"SigBlk"], 16), int(fields[b"SigIgn"], 16))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def read_cmdline(pid: int) -> str:
     return _read_small(pid, "cmdline", 8192).rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
 
