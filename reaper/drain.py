@@ -28,7 +28,7 @@ import time
 # _signal: the numbers without the enum module (start-up time and memory).
 import _signal as signal
 
-from reaper.policy import SERVICES, STATISTICS
+from reaper.policy import SERVICES, STATISTICS, Backoff
 
 KILL_WAIT = 5.0          # seconds SIGKILLed processes get to be reaped
 RESCAN_FIRST = 0.05      # as subreaper, look for late children this soon after SIGKILL,
@@ -39,18 +39,19 @@ _STOPS = (1 << (signal.SIGSTOP - 1),
 
 
 class Drain:
-    def __init__(self, cfg, log, stats, policy) -> None:
+    def __init__(self, cfg, log, stats, policy, scope) -> None:
         self.cfg = cfg
         self.log = log
         self.stats = stats
         self.policy = policy              # boundary.Policy: the services piece may be switched off
+        self.scope = scope                # reaper/scope.py: the Supervisor
         self.pid = os.getpid()
         self.is_pid1 = self.pid == 1
         self.phase = "running"
         self.started = 0.0
         self.deadline: "float | None" = None
         self.rescan_at: "float | None" = None
-        self.rescan_every = RESCAN_FIRST
+        self.rescan = Backoff(RESCAN_FIRST, RESCAN_MAX)
         self.targets: dict = {}           # pid -> start time, at drain start
         self.kill_targets: dict = {}      # pid -> start time, still alive at SIGKILL
         self.denied: dict = {}            # pid -> name: processes reaper may not signal
@@ -96,8 +97,7 @@ class Drain:
             if self.rescan_at is not None and now >= self.rescan_at:
                 # Children forked after the last look, or orphans of the killed.
                 self._kill_children()
-                self.rescan_every = min(RESCAN_MAX, self.rescan_every * 2)
-                self.rescan_at = now + self.rescan_every
+                self.rescan_at = now + self.rescan.next()
         return False
 
     def kill_now(self) -> None:
@@ -113,8 +113,8 @@ class Drain:
         finally:
             self._signal_scope(signal.SIGKILL, None if self.is_pid1 else self.kill_targets or None)
         if not self.is_pid1:
-            self.rescan_every = RESCAN_FIRST
-            self.rescan_at = time.monotonic() + self.rescan_every
+            self.rescan.reset()
+            self.rescan_at = time.monotonic() + self.rescan.next()
         if self.kill_targets:
             self.log.info(f"sent SIGKILL to {len(self.kill_targets)} process(es) left")
 
@@ -141,10 +141,12 @@ class Drain:
         if scope_is_empty(self.no_children, self.main_group):
             self.targets = {}                       # the common end: no /proc scan, no imports
             return
+        from reaper.procfs.processes import visible
+
         self.targets = self._scope()
         if self._services_kept():       # the services and their trees come later, in order
             self.targets = self.policy.call(SERVICES, self.services.exclude, self.targets) or {}
-        if not self.targets and os.path.exists("/proc/self/stat"):
+        if not self.targets and visible():
             return                                  # nothing left: the next wait says ECHILD
         if self.cfg.grace <= 0:
             self.kill_now()
@@ -155,7 +157,7 @@ class Drain:
         self._signal_scope(signal.SIGTERM, self.targets)
         # A stopped process must run to handle SIGTERM: SIGCONT to those /proc shows
         # stopped, and only to them (without /proc, to all, as it cannot tell).
-        if not os.path.exists("/proc/self/stat"):
+        if not visible():
             self._signal_scope(signal.SIGCONT, self.targets)
             return
         # ...and to those about to stop (a stop signal pending, not yet acted on): they
@@ -203,13 +205,14 @@ class Drain:
         """pid -> start time of every process reaper is responsible for now: the whole
         namespace as PID 1, else its descendants. One read of /proc/*/stat, no psutil.
         Empty without /proc (then said once)."""
+        from reaper import scope
         from reaper.procfs import processes
 
         table = processes.scan()
-        if not table and not os.path.exists("/proc/self/stat"):
+        if not table and not processes.visible():
             self._once_no_proc()
             return {}
-        pids = set(table) - {self.pid} if self.is_pid1 else processes.descendants(table, self.pid)
+        pids = scope.members(self.scope, table)
         self.stopped = {pid for pid in pids if table[pid].state in ("T", "t")}
         return {pid: table[pid].start for pid in pids if table[pid].state != "Z"}
 
@@ -230,8 +233,10 @@ class Drain:
             except OSError:   # ESRCH: nobody left; EPERM: none it may signal
                 pass
             return
+        from reaper.procfs.processes import visible
+
         targets = self._scope() if targets is None else targets
-        if not targets and not os.path.exists("/proc/self/stat"):
+        if not targets and not visible():
             if not self.main_group:
                 return          # pause mode: no group to fall back on (kill(0) would be reaper's own)
             # Blind without /proc: the main child's group at least (a group id
@@ -281,17 +286,18 @@ def stop_pending(pid: int) -> bool:
     """True if pid has a stop signal pending that will stop it: SIGSTOP, or a
     job-control one it neither blocks nor ignores (its default action is to stop;
     a handler of its own is counted too, harmlessly)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f if line[:3] in (b"Sig", b"Shd"))
-        pending = int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16)
-        held = int(fields[b"SigBlk"], 16) | int(fields[b"SigIgn"], 16)
-    except (OSError, ValueError, KeyError):
+    from reaper.procfs.processes import signal_masks
+
+    masks = signal_masks(pid)
+    if masks is None:
         return False
-    return bool(pending & _STOPS[0] or pending & _STOPS[1] & ~held)
+    pending, blocked, ignored = masks
+    return bool(pending & _STOPS[0] or pending & _STOPS[1] & ~(blocked | ignored))
 
 
 # --- the minimal loop's drain: os alone ---------------------------------------------
+# These read /proc with os alone, not through reaper/procfs: the minimal loop must work
+# when no file can be opened to import a module (the documented exception to procfs/).
 
 def signal_rest(signo: int, main_group: int) -> None:
     """signo to everything left: the namespace as its PID 1, else reaper's children

@@ -37,6 +37,8 @@ from http import HTTPStatus
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from reaper.policy import SayOnce
+
 MAX_CONNECTIONS = 256       # open at once; beyond, the oldest without a complete request is cut
 REQUEST_DEADLINE = 5.0      # seconds from the accept to a complete request head
 WRITE_DEADLINE = 5.0        # seconds a client has to take the answer
@@ -90,7 +92,7 @@ class Server:
         self.reading: OrderedDict = OrderedDict()    # sock -> _Conn, oldest accept first
         self.writing: OrderedDict = OrderedDict()    # sock -> _Conn, oldest answer first
         self._stopping = False
-        self._faulted = False
+        self._fault = SayOnce(self._say_fault, default=False)    # a bug in the loop: said once
         self._resume_at: float | None = None        # accepting paused until then
         self.selector = self._wake_r = self._wake_w = None
         try:
@@ -130,15 +132,14 @@ class Server:
     def run(self) -> None:
         try:
             while not self._stopping:
-                try:
-                    self._step()
-                except Exception as e:        # a bug: said once, and no hot spin
-                    if not self._faulted and not self._stopping:
-                        self._faulted = True
-                        self.log.error(f"metrics: HTTP server fault ({e!r}); it goes on")
-                    time.sleep(ACCEPT_PAUSE)
+                if self._fault.run("loop", self._step) is False:
+                    time.sleep(ACCEPT_PAUSE)          # no hot spin
         finally:
             self._close_all()
+
+    def _say_fault(self, _name: str, e: Exception) -> None:
+        if not self._stopping:
+            self.log.error(f"metrics: HTTP server fault ({e!r}); it goes on")
 
     def _step(self) -> None:
         for key, mask in self.selector.select(self._timeout(time.monotonic())):

@@ -1,6 +1,7 @@
 """What the node says, read-only, for the metrics: per-core CPU, cgroup counts
 (/proc/cgroups, the visible tree, the root cgroup.stat of cgroup v2), the pids
-controller, reaper's own size. Built on reaper/procfs (processes and cgroups).
+controller, reaper's own size. Built on reaper/procfs (processes, cgroups, system): the
+files are read there; this module computes (ratios, a walk of the cgroup tree).
 
 The exporter reads it at scrape time and from its sampler thread. Nothing else
 runs when metrics are off. Every reader tolerates
@@ -13,45 +14,17 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from reaper.procfs.cgroups import CgroupStat, cgroup_dir, mounts, own_paths, parse_cgroup_stat
+from reaper.procfs.cgroups import CgroupStat, enabled, mounts, own_dir, read_cgroup_stat, read_number
 from reaper.procfs.processes import CLK_TCK
+# The readers the metrics call through this module (the metrics to import them from procfs/system.py).
+from reaper.procfs.system import own_rss, proc_cgroups, read_cpu_times, uptime  # noqa: F401
 
 SATURATED = 0.95                 # a core at or above this busy ratio counts as saturated
 CPU_MODES = ("user", "system", "irq", "softirq", "steal")
 MAX_CGROUP_DIRS = 200_000        # stop counting cgroup directories beyond this (a runaway host)
 
 
-# --- this process, the clock --------------------------------------------------
-
-def uptime(proc: str = "/proc") -> float:
-    with open(f"{proc}/uptime") as f:
-        return float(f.read().split()[0])
-
-
-def own_rss(proc: str = "/proc") -> "int | None":
-    """This process's resident memory in bytes; None if /proc cannot say."""
-    try:
-        with open(f"{proc}/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 # --- per-core CPU ---------------------------------------------------------------
-
-def read_cpu_times(proc: str = "/proc") -> dict:
-    """cpu number -> jiffies (user, nice, system, idle, iowait, irq, softirq, steal)."""
-    out = {}
-    with open(f"{proc}/stat") as f:
-        for line in f:
-            if not line.startswith("cpu"):
-                break
-            name, *values = line.split()
-            if name == "cpu":
-                continue
-            out[int(name[3:])] = tuple(int(v) for v in values[:8]) + (0,) * (8 - len(values[:8]))
-    return out
-
 
 class CpuSampler:
     """Busy ratios per core over the last interval, seconds each core spent saturated,
@@ -106,53 +79,6 @@ class CpuSampler:
 
 # --- cgroups --------------------------------------------------------------------
 
-def proc_cgroups(proc: str = "/proc") -> "dict | None":
-    """controller -> num_cgroups from /proc/cgroups (host-wide; on recent kernels v1
-    controllers only); None if it cannot be read."""
-    out = {}
-    try:
-        with open(f"{proc}/cgroups") as f:
-            for line in f:
-                if line.startswith("#"):
-                    continue
-                parts = line.split()
-                if len(parts) >= 4 and parts[2].isdigit():
-                    out[parts[0]] = int(parts[2])
-    except OSError:
-        return None
-    return out
-
-
-def _find_controller(controller: str, proc: str = "/proc") -> "str | None":
-    """Directory of this process's cgroup for controller (v1 first, then v2)."""
-    found, own = mounts(proc), own_paths(proc)
-    for m in found:
-        if m.version == 1 and controller in m.options and controller in own:
-            d = cgroup_dir(m, own[controller])
-            if d is not None:
-                return d
-    for m in found:
-        if m.version == 2 and "" in own:
-            try:
-                with open(os.path.join(m.point, "cgroup.controllers")) as f:
-                    if controller in f.read().split():
-                        d = cgroup_dir(m, own[""])
-                        if d is not None:
-                            return d
-            except OSError:
-                continue
-    return None
-
-
-def _read_int(path: str) -> "float | None":
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return float("inf") if text == "max" else float(text)
-
-
 class Pids(NamedTuple):
     current: float
     max: float        # inf when no limit
@@ -160,15 +86,16 @@ class Pids(NamedTuple):
 
 def cgroup_pids(proc: str = "/proc") -> "Pids | None":
     """pids.current of reaper's cgroup and the tightest pids.max on the way up; None if unreadable."""
-    where = _find_controller("pids", proc)
-    if where is None:
+    found = own_dir("pids", proc, or_v2=True)
+    if found is None:
         return None
-    current = _read_int(os.path.join(where, "pids.current"))
+    where = found[1]
+    current = read_number(os.path.join(where, "pids.current"))
     if current is None:
         return None
     limit, d = float("inf"), where
     while True:
-        value = _read_int(os.path.join(d, "pids.max"))
+        value = read_number(os.path.join(d, "pids.max"))
         if value is None:           # the top of what is visible
             break
         limit = min(limit, value)
@@ -187,13 +114,8 @@ def visible_memory_cgroups(proc: str = "/proc") -> "int | None":
     """
     for m in mounts(proc):
         if (m.version == 1 and "memory" in m.options) or m.version == 2:
-            if m.version == 2:
-                try:
-                    with open(os.path.join(m.point, "cgroup.controllers")) as f:
-                        if "memory" not in f.read().split():
-                            continue
-                except OSError:
-                    continue
+            if m.version == 2 and not enabled(m, "memory"):
+                continue
             n = 0
             for _, dirs, _ in os.walk(m.point):
                 n += 1
@@ -215,13 +137,7 @@ def cgroup_stat(proc: str = "/proc") -> "CgroupStat | None":
     subtree, the host's where the host's cgroupfs is mounted. None without one."""
     v2 = sorted((m for m in mounts(proc) if m.version == 2), key=lambda m: _depth(m.root))
     for m in v2:
-        path = os.path.join(m.point, "cgroup.stat")
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
-            continue
-        st = parse_cgroup_stat(text, m.point)
+        st = read_cgroup_stat(m.point)
         if st is not None:
             return st
     return None

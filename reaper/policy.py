@@ -17,6 +17,22 @@ from __future__ import annotations
 
 import time
 
+TYPE_CHECKING = False            # typing is not imported at run time (start-up time and memory)
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Plugin(Protocol):
+        """What Policy.start()'s factory returns (one or a list) and the loop drives:
+        the Supervisor waits until the earliest next_deadline() of all (None: nothing
+        due), calls tick(now) once it has passed, and close() once, at the end or when
+        the piece is switched off. Each call runs under Policy.call()."""
+
+        def next_deadline(self) -> "float | None": ...
+
+        def tick(self, now: float) -> None: ...
+
+        def close(self) -> None: ...
+
 SERVICES = "services"       # supervised services (reaper/services/)
 STATISTICS = "statistics"   # the counters the metrics and the summary read (reaper/stats.py)
 HYGIENE = "hygiene"         # cwd /, inherited fds closed after the spawn
@@ -39,10 +55,10 @@ class Policy:
     def __init__(self, log, stats) -> None:
         self.log = log
         self.stats = stats               # may be None until the boundary has made it
-        self.plugins: list = []          # (piece, plugin): next_deadline(), tick(now), close()
+        self.plugins: list = []          # (piece, Plugin)
         self.off: dict = {}              # piece -> when it starts again (None: not before reaper ends)
         self._factories: dict = {}       # piece -> (factory, abort) of a periodic piece
-        self._failures: dict = {}        # piece -> failures in a row (the backoff's exponent)
+        self._backoff: dict = {}         # piece -> its restart Backoff
         self._since: dict = {}           # piece -> when it last (re)started
         self._closed = False
 
@@ -81,12 +97,13 @@ class Policy:
         if piece in self.off:
             return
         now = time.monotonic()
-        if now - self._since.get(piece, now) >= RESTART_MAX:
-            self._failures[piece] = 0            # it ran well for long: a fresh backoff
-        n = self._failures[piece] = self._failures.get(piece, 0) + 1
+        backoff = self._backoff.get(piece)
+        if backoff is None:
+            backoff = self._backoff[piece] = Backoff(RESTART_FIRST, RESTART_MAX)
+        wait = backoff.next(now - self._since.get(piece, now))
         again = None
         if piece in RESTARTED and not self._closed:
-            again = now + min(RESTART_MAX, RESTART_FIRST * 2 ** (n - 1))
+            again = now + wait
         self.off[piece] = again
         if self.stats is not None:
             self.stats.policy_errors += 1
@@ -143,3 +160,52 @@ class Policy:
         plugins, self.plugins = self.plugins, []
         for piece, p in plugins:
             self.call(piece, p.close)
+
+
+class Backoff:
+    """A doubling wait: `first`, then twice the last, up to `most`. The one backoff of
+    reaper (the pieces' restarts above, the services' restarts, the drain's rescans,
+    the metrics' binds and sampler parts)."""
+
+    __slots__ = ("first", "most", "wait")
+
+    def __init__(self, first: float, most: float) -> None:
+        self.first = first
+        self.most = most
+        self.wait = first                # the next wait next() returns
+
+    def next(self, ran: float = 0.0) -> float:
+        """The wait now, doubling the next one. ran: how long what it spaces ran since
+        the last wait; a run of at least `most` starts over from `first`."""
+        if ran >= self.most:
+            self.wait = self.first
+        wait, self.wait = self.wait, min(self.most, self.wait * 2)
+        return wait
+
+    def reset(self) -> None:
+        """The next wait is `first` again."""
+        self.wait = self.first
+
+
+class SayOnce:
+    """"Catch, say once, go on", for the parts that fail alone inside a piece (one
+    metrics section, one of reaper node's readers, the HTTP server's loop): run(name,
+    fn, *args) is fn(*args), or `default` when it raises; the first failure of each
+    name is one line, say(name, exception), and later ones are silent while it fails.
+    A piece as a whole fails through Policy.call() instead, which switches it off."""
+
+    __slots__ = ("say", "default", "failed")
+
+    def __init__(self, say, default=None) -> None:
+        self.say = say
+        self.default = default
+        self.failed: set = set()         # the names that failed (and were said)
+
+    def run(self, name: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:
+            if name not in self.failed:
+                self.failed.add(name)
+                self.say(name, e)
+            return self.default

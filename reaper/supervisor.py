@@ -42,10 +42,11 @@ class Supervisor:
         self.policy = policy             # boundary.Policy: the pieces that may be switched off
         self.pid = os.getpid()
         self.is_pid1 = self.pid == 1
+        self.watch = False               # reaper's scope (reaper/scope.py): never watch mode's whole namespace
         self.debug = log.enabled(DEBUG)  # checked before building debug lines on hot paths
         self.forwarding = forwarding     # _native.forward_table: armed again for a main child started late
         # The end of everything left (reaper/drain.py): its phase is the Supervisor's.
-        self.drain = Drain(cfg, log, stats, policy)
+        self.drain = Drain(cfg, log, stats, policy, self)
         self.main_pid: "int | None" = None
         self.supervised: set = set()     # pids reaper started besides the main child
         self.term_count = 0
@@ -63,7 +64,8 @@ class Supervisor:
         # wait, and switched off at the first thing the end would have to say.
         self.quiet_end = False
 
-    # What the drain, the services runner and the budgets read of the Supervisor.
+    # What the drain, the services runner, the metrics and the budgets read of the
+    # Supervisor: reaper's scope (reaper/scope.py) and the drain's state.
 
     @property
     def phase(self) -> str:

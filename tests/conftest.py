@@ -658,3 +658,51 @@ def in_poll(pid: int, forever: bool = True) -> bool:
         return False
     # poll's third argument is its timeout (-1: none); ppoll's a timespec pointer (NULL: none).
     return not forever or (len(fields) > 3 and int(fields[3], 16) in (2**64 - 1, 2**32 - 1, 0))
+
+
+# --- small helpers more than one test file needs (one copy each, here) ------------------------
+
+def signal_set(hex_mask: str) -> set:
+    """The signal numbers of a /proc/PID/status mask (SigBlk, SigIgn...)."""
+    bits = int(hex_mask, 16)
+    return {n for n in range(1, 65) if bits >> (n - 1) & 1}
+
+
+def rmdir_quietly(d: Path) -> bool:
+    """Removes empty directory d (a cgroup); True once it is gone, False while it cannot be."""
+    try:
+        d.rmdir()
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def reaper_version() -> str:
+    from reaper import __version__
+
+    return __version__
+
+
+def lines_of(path: Path, partial: bool = False) -> list:
+    """The lines a process wrote to path ([] before it exists); a last line not yet ended
+    by a newline only with partial."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return text.splitlines() if partial else text.split("\n")[:-1]
+
+
+def yaml_module():
+    """PyYAML, a test dependency (require: skipped, or failed under CI, without it)."""
+    require("pyyaml", importable("yaml"), "pip install -e '.[test]'")
+    import yaml
+
+    return yaml
+
+
+def reaper_stats(*args, prefix=(), text: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    """`reaper stats ARGS`, run to its end (prefix: a command it runs under, prlimit...)."""
+    return subprocess.run([*prefix, REAPER, "stats", *args], capture_output=True, text=text,
+                          timeout=timeout * SLOW, stdin=subprocess.DEVNULL)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import importable, require
+from conftest import require, yaml_module
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -35,15 +35,8 @@ def _promtool():
     return tool
 
 
-def _yaml():
-    require("pyyaml", importable("yaml"), "pip install -e '.[test]'")
-    import yaml
-
-    return yaml
-
-
 def _rules(group=None):
-    return [r for g in _yaml().safe_load((DOCS / "alerts.yml").read_text())["groups"]
+    return [r for g in yaml_module().safe_load((DOCS / "alerts.yml").read_text())["groups"]
             if group is None or g["name"] == group for r in g["rules"]]
 
 
@@ -100,7 +93,7 @@ def test_promtool_unit_tests_can_fail(tmp_path):
 
 def test_every_alert_has_a_firing_and_a_quiet_case():
     rules = {r["alert"] for r in _rules()}
-    tests = _yaml().safe_load((DOCS / "alerts.test.yml").read_text())
+    tests = yaml_module().safe_load((DOCS / "alerts.test.yml").read_text())
     assert tests["rule_files"] == ["alerts.yml"]
     firing, quiet = set(), set()
     for group in tests["tests"]:
@@ -140,7 +133,9 @@ def test_every_summary_names_the_pod_or_the_instance():
 
 
 def test_rules_work_with_default_node_metrics_and_keep_the_pod_labels():
-    for rule in _pod_rules():
+    rules = _pod_rules()
+    assert rules, "no pod rules parsed from docs/alerts.yml"
+    for rule in rules:
         expr = rule["expr"]
         assert not set(NAME.findall(expr)) & PER_CORE, rule["alert"]
         # an aggregation `by (...)` or a match `on (...)` would drop namespace, pod and
@@ -157,14 +152,16 @@ def test_rules_name_only_documented_metrics():
         return set(re.findall(r"^\| `(reaper_[a-z0-9_]+)`", text.split(section + "\n", 1)[1].split("\n## ", 1)[0], re.M))
     pods, node = table("## Metric reference"), table("## reaper node")
     node_rules = {r["alert"] for r in _rules(NODE_GROUP)}
-    for rule in _rules():
+    rules = _rules()
+    assert rules and pods and node, "nothing parsed from docs/alerts.yml or docs/metrics.md"
+    for rule in rules:
         documented = node if rule["alert"] in node_rules else pods
         used = {re.sub(r"_(bucket|count)$", "", m) for m in NAME.findall(rule["expr"])}
         assert used and used <= documented, (rule["alert"], sorted(used - documented))
 
 
 def test_generate_rewrites_the_runbook_base(tmp_path):
-    yaml = _yaml()
+    yaml = yaml_module()
     spec = importlib.util.spec_from_file_location("k8s_generate", REPO / "docker/k8s/generate.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -426,7 +427,7 @@ def test_protect_covers_the_process_not_its_children(reaper, tmp_path):
             + bh.busy_code(parent))
     r = start(reaper, ["--cpu-budget", "0.02", "--budget-action", "nice", "--stray-match", f"{parent}|{child}",
                        "--protect", parent, *FAST],
-              bh.orphans_then_sleep(f"{PYTHON} -c '{_q(code)}' {parent}"))
+              bh.orphans_then_sleep(f"{PYTHON} -c {shlex.quote(code)} {parent}"))
     (pp,) = tagged(parent)
     (pc,) = tagged(child)
     parent_ns = int(proc_status(pp)["NSpid"].split()[-1])
@@ -457,10 +458,6 @@ def test_a_process_entered_from_outside_is_never_a_stray(reaper, tmp_path, names
     wait_for(lambda: bh.stat(pi)["nice"] == 19, 30, what="the busy match started inside niced")
     assert bh.stat(pe)["nice"] == START_NICE
     assert stop(r) == 143
-
-
-def _q(code: str) -> str:
-    return code.replace("'", "'\\''")
 
 
 # --- unprivileged ---------------------------------------------------------------

@@ -6,6 +6,7 @@ stay Ray's own: tests/test_budget_ray.py.)"""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 from pathlib import Path
 
@@ -28,10 +29,6 @@ FAKE_RAYLET = ("import ctypes, subprocess, sys, time\n"
                "time.sleep(600)\n")
 
 
-def _q(code: str) -> str:
-    return code.replace("'", "'\\''")
-
-
 def _fake_launcher(d) -> str:
     """A file named ray with the shebang and the import line of pip's console script."""
     path = d / "ray"
@@ -42,9 +39,9 @@ def _fake_launcher(d) -> str:
 @heavy
 def test_renamed_and_spoofed_processes_are_strays(reaper, tmp_path):
     tags = {name: bh.marker() for name in ("raylet", "gcs_server", "child", "exec_a", "launcher")}
-    cmds = [f"{PYTHON} -c '{_q(RENAMED)}' raylet {tags['raylet']}",
-            f"{PYTHON} -c '{_q(RENAMED)}' gcs_server {tags['gcs_server']}",
-            f"{PYTHON} -c '{_q(FAKE_RAYLET)}' {tags['child']}",
+    cmds = [f"{PYTHON} -c {shlex.quote(RENAMED)} raylet {tags['raylet']}",
+            f"{PYTHON} -c {shlex.quote(RENAMED)} gcs_server {tags['gcs_server']}",
+            f"{PYTHON} -c {shlex.quote(FAKE_RAYLET)} {tags['child']}",
             f"bash -c 'exec -a \"/usr/bin/python ray/_private/x.py\" {PYTHON} -c \"{BUSY}\" {tags['exec_a']}'",
             f"{PYTHON} {_fake_launcher(tmp_path)} {tags['launcher']}"]
     r = reaper(["--cpu-budget", "0.05", "--budget-action", "nice", "--budget-grace", "0", "--budget-window", "1",

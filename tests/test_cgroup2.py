@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REAPER, SLOW, wait_for
+from conftest import PYTHON, REAPER, SLOW, wait_for, rmdir_quietly
 from metrics_helpers import Scrape, start_with_metrics, wait_scrape
 
 ROOT = Path("/sys/fs/cgroup")
@@ -74,17 +74,7 @@ def dying_below(tmp_path):
     finally:
         for f in files.iterdir():
             f.unlink()                       # the page cache goes: the dying cgroups can be freed
-        wait_for(lambda: _rmdir(base), 10, 0.05, what=f"{base} to be removed")
-
-
-def _rmdir(d: Path) -> bool:
-    try:
-        d.rmdir()
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+        wait_for(lambda: rmdir_quietly(base), 10, 0.05, what=f"{base} to be removed")
 
 
 def _root_stat(key: str) -> int:

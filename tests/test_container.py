@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import free_port, host_pid_below, proc_stat, require, wait_for, wait_for_file
+from conftest import free_port, host_pid_below, proc_stat, require, wait_for, wait_for_file, reaper_version
 from container_helpers import Container, image_rootfs, missing_tools, out, run  # noqa: F401  (out: a fixture)
 from metrics_helpers import get, sample_map as _scrape
 import budget_helpers as bh
@@ -210,15 +210,10 @@ def test_metrics_are_scraped_through_a_published_port(rootfs, out, containers):
     assert m[("reaper_main_child_up", ())] == 1
     assert m[("reaper_zombies", ())] == 0
     assert m[("reaper_pid", ())] == 1                           # PID 1 of the container
-    assert ("reaper_build_info", (("mode", "init"), ("version", _version()))) in m
+    assert ("reaper_build_info", (("mode", "init"), ("version", reaper_version()))) in m
     assert get(port, "/healthz", timeout=5)[0] == 200
     c.stop(30)
     assert c.wait(30) == 128 + 15
-
-
-def _version() -> str:
-    from reaper import __version__
-    return __version__
 
 
 # An orphaned busy loop (double fork) that reports its own CPU time each second.

@@ -86,7 +86,9 @@ def test_panels_fit_the_grid_without_overlaps():
 
 
 def test_every_panel_has_exactly_one_unit():
-    for p in _panels():
+    panels = list(_panels())
+    assert panels, "no panels parsed from the dashboard"
+    for p in panels:
         field = p.get("fieldConfig", {})
         assert field.get("defaults", {}).get("unit"), p["title"]
         for override in field.get("overrides", []):

@@ -161,3 +161,28 @@ def test_descendants_forked_while_the_drain_kills_are_killed_too():
     assert pids_with_arg(tag) == []
     assert summary(r.stderr)["drain"]["survived"] == 0
 
+
+
+def test_the_kill_phase_looks_for_late_children_sooner_then_doubling(monkeypatch):
+    """In process: as a subreaper, after SIGKILL reaper looks again for children forked
+    since (or orphans of the killed) RESCAN_FIRST after, then twice as long each time, up
+    to RESCAN_MAX (drain.Drain.step; the black-box count is in
+    test_the_kill_phase_does_not_rescan_all_of_proc)."""
+    from types import SimpleNamespace
+
+    from reaper import drain
+    from reaper.stats import Stats
+
+    looks = []
+    monkeypatch.setattr(drain, "own_children", lambda: looks.append(1) or [])
+    d = drain.Drain(SimpleNamespace(grace=1.0, no_drain=False), None, Stats(), None, None)
+    d.phase, d.deadline = "killing", 1e9
+    d.rescan_at = d.rescan.next()
+    gaps = []
+    for _ in range(7):
+        now = d.rescan_at
+        assert d.step(False, now) is False
+        gaps.append(round(d.rescan_at - now, 6))
+    assert len(looks) == 7                                 # one look at each
+    assert (drain.RESCAN_FIRST, drain.RESCAN_MAX) == (0.05, 1.0)
+    assert gaps == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]      # the first (0.05) set the rescan_at above

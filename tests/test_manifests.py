@@ -31,13 +31,7 @@ def _needs_yaml():
     require("pyyaml", importable("yaml"), "pip install -e '.[test]'")
 
 from reaper import options  # noqa: E402
-from conftest import importable, require  # noqa: E402
-
-def _yaml():
-    import yaml
-
-    return yaml
-
+from conftest import importable, require, yaml_module  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 K8S = REPO / "docker" / "k8s"
@@ -50,7 +44,7 @@ ULIMIT = 'ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536} 2>/dev/null || ulimit 
 
 
 def _docs(name: str) -> list:
-    return [d for d in _yaml().safe_load_all((K8S / name).read_text()) if d]
+    return [d for d in yaml_module().safe_load_all((K8S / name).read_text()) if d]
 
 
 def _templates(cluster: dict) -> dict:
@@ -375,7 +369,7 @@ def test_prometheusrule_and_dashboard_match_docs():
         (shipped,) = _docs(name)
         assert shipped == make(), f"docker/k8s/{name} is stale: run python docker/k8s/generate.py"
     (rule,) = _docs("prometheusrule.yaml")
-    assert rule["spec"]["groups"] == _yaml().safe_load((REPO / "docs/alerts.yml").read_text())["groups"]
+    assert rule["spec"]["groups"] == yaml_module().safe_load((REPO / "docs/alerts.yml").read_text())["groups"]
     (cm,) = _docs("grafana-dashboard-configmap.yaml")
     assert json.loads(cm["data"]["reaper.json"]) == json.loads((REPO / "docs/grafana-dashboard.json").read_text())
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REAPER, free_port, refused_sub, wait_for
+from conftest import PYTHON, REAPER, free_port, refused_sub, wait_for, rmdir_quietly, reaper_version
 from metrics_helpers import Scrape, wait_healthy, wait_scrape
 
 DATA = Path(__file__).resolve().parent / "data" / "node"
@@ -225,17 +225,7 @@ def test_zombies_are_counted_by_their_pods_cgroup(tmp_path):
         if parent is not None:
             parent.kill()
             parent.wait(30)
-        wait_for(lambda: _rmdir(d), 10, 0.05, what=f"{d} to be removable")
-
-
-def _rmdir(d: Path) -> bool:
-    try:
-        d.rmdir()
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
+        wait_for(lambda: rmdir_quietly(d), 10, 0.05, what=f"{d} to be removable")
 
 
 # --- recorded /proc and /sys: the report and the exit statuses -------------------------------------
@@ -287,17 +277,11 @@ def test_a_stop_signal_ends_the_daemon_with_status_0_and_a_last_metrics_file(tmp
     assert (status, out, err) == (0, "", "")
     f = Scrape(mfile.read_text())
     assert mfile.stat().st_mtime_ns >= first
-    assert f.value("reaper_build_info", mode="node", version=_version()) == 1
+    assert f.value("reaper_build_info", mode="node", version=reaper_version()) == 1
     assert f.value("reaper_node_cgroup_dying_children", cgroup="/kubepods.slice/pod-aaa.slice") == 1990
     assert f.value("reaper_node_zombies") == 1
     for source in ("proc_stat", "processes", "cgroups", "pressure", "softnet", "interrupts"):
         assert f.value("reaper_node_source_available", source=source) == 1, source
-
-
-def _version() -> str:
-    from reaper import __version__
-
-    return __version__
 
 
 # --- bad input -----------------------------------------------------------------------------------

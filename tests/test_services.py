@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, START_NICE, REAPER, Reaper, alive, clean_env, invoker_signals, py, refused, run_reaper,
-                      summary, wait_for, wait_for_file)
+from conftest import (PYTHON, START_NICE, REAPER, Reaper, alive, clean_env, invoker_signals, py, refused,
+                      run_reaper, summary, wait_for, wait_for_file, signal_set, lines_of)
 import budget_helpers as bh
 from metrics_helpers import start_with_metrics, wait_scrape
 
@@ -35,10 +35,6 @@ def stamps(log: Path, kind: str = "start") -> list:
     if not log.exists():
         return []
     return [float(line.split()[2]) for line in log.read_text().splitlines() if line.startswith(kind + " ")]
-
-
-def lines_of(log: Path) -> list:
-    return log.read_text().split("\n")[:-1] if log.exists() else []
 
 
 def wait_lines(log: Path, n: int, kind: str = "start", timeout: float = 20.0) -> list:
@@ -410,11 +406,9 @@ def test_a_service_gets_reapers_stdout_and_the_invokers_signals(tmp_path):
     assert r.wait(30) == 0, r.stderr
     assert "service-says-hello" in r.stdout
 
-    def mask(bits):
-        return {n for n in range(1, 65) if int(bits, 16) >> (n - 1) & 1}
     fields = dict(line.split(":\t") for line in out.read_text().strip().splitlines())
-    assert mask(fields["SigBlk"]) == {int(x) for x in blocked}
-    assert mask(fields["SigIgn"]) == {int(x) for x in ignored}
+    assert signal_set(fields["SigBlk"]) == {int(x) for x in blocked}
+    assert signal_set(fields["SigIgn"]) == {int(x) for x in ignored}
 
 
 def test_a_service_that_ignores_sigterm_is_killed_at_the_end_of_the_grace(tmp_path):

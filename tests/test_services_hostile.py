@@ -9,12 +9,8 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import proc_stat, py, run_reaper, summary, wait_for_file
+from conftest import proc_stat, py, run_reaper, summary, wait_for_file, lines_of
 from metrics_helpers import start_with_metrics, wait_scrape
-
-
-def lines_of(log: Path) -> list:
-    return log.read_text().splitlines() if log.exists() else []
 
 
 def recorder(log: Path, name: str, stubborn: bool = False) -> str:
@@ -53,7 +49,7 @@ open(log, "a").write(f"main end {{time.time()}}\\n")
     r = run_reaper([*args, "--", *main], timeout=60)
     ended = time.time()
     assert r.proc.returncode == 0, r.stderr
-    got = [line.split() for line in lines_of(log) if not line.endswith(" up")]
+    got = [line.split() for line in lines_of(log, partial=True) if not line.endswith(" up")]
     assert [g[:2] for g in got] == [["main", "end"], ["c", "term"], ["b", "term"], ["a", "term"]], (got, r.stderr)
     main_end = float(got[0][2])
     for name, _, at in got[1:]:
@@ -103,7 +99,7 @@ def test_a_service_flooding_its_ready_fd_does_not_make_reaper_busy(reaper, tmp_p
     # The flood lasts 3 s from the service's start: reaper's share of it must be small
     # (generous for a loaded 2-CPU host; the old reader spent most of a CPU).
     assert used < 0.5, (used, r.stderr)
-    assert "closed" in lines_of(marks), lines_of(marks)        # reaper closed its end
+    assert "closed" in lines_of(marks, partial=True), lines_of(marks, partial=True)        # reaper closed its end
     assert r.stderr.count("readiness fd without a newline") == 1, r.stderr
 
 

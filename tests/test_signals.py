@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import (PYTHON, REAPER, UNSHARE, Reaper, host_pid_below, invoker_signals, line_with, proc_status, py,
-                      read_until, run_reaper, summary, take_tty, wait_for)
+from conftest import (PYTHON, REAPER, UNSHARE, Reaper, host_pid_below, invoker_signals, line_with,
+                      proc_status, py, read_until, run_reaper, summary, take_tty, wait_for, signal_set)
 
 RTMAX = signal.SIGRTMAX
 # Everything a process can catch, less SIGCHLD (never forwarded) and glibc's two reserved
@@ -234,16 +234,13 @@ def test_child_gets_the_invokers_mask_and_ignored_signals(tmp_path):
     ignored = {signal.SIGHUP, signal.SIGUSR1}
     invoker = invoker_signals(ignored, blocked)
 
-    def mask(bits):
-        return {n for n in range(1, 65) if int(bits, 16) >> (n - 1) & 1}
-
     for pid1 in (True, False):
         r = Reaper(["--", "grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"], pid1=pid1, preexec_fn=invoker)
         assert r.wait() == 0
         fields = dict(l.split(":\t") for l in r.stdout.strip().splitlines())
-        assert mask(fields["SigBlk"]) == {int(s) for s in blocked}
+        assert signal_set(fields["SigBlk"]) == {int(s) for s in blocked}
         # Exactly the invoker's: CPython's own SIG_IGN for PIPE/XFSZ and its SIGINT handler are undone.
-        assert mask(fields["SigIgn"]) == {int(s) for s in ignored}
+        assert signal_set(fields["SigIgn"]) == {int(s) for s in ignored}
 
 
 def test_child_gets_default_signals_when_the_invoker_set_none():

@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 
 import reaper
-from conftest import POLL_SYSCALLS, PYTHON, Reaper, children_of, in_poll, invoker_signals, proc_status, summary
+from conftest import (POLL_SYSCALLS, PYTHON, Reaper, children_of, in_poll, invoker_signals, proc_status,
+                      summary, signal_set)
 
 ROOT = Path(reaper.__file__).resolve().parents[1]
 LAUNCHER = ROOT / "bin" / "reaper"
@@ -335,11 +336,8 @@ def test_the_child_gets_the_invokers_mask_not_the_launchers_block(tmp_path, how)
     assert r.wait() == 0, r.stderr
     fields = dict(line.split(":\t") for line in r.stdout.strip().splitlines())
 
-    def mask(bits):
-        return {n for n in range(1, 65) if int(bits, 16) >> (n - 1) & 1}
-
-    assert mask(fields["SigBlk"]) == {int(s) for s in blocked}
-    assert mask(fields["SigIgn"]) == {int(s) for s in ignored}
+    assert signal_set(fields["SigBlk"]) == {int(s) for s in blocked}
+    assert signal_set(fields["SigIgn"]) == {int(s) for s in ignored}
 
 
 def test_the_launchers_block_is_the_set_the_c_core_blocks():

@@ -5,13 +5,9 @@ import subprocess
 import pytest
 
 from budget_helpers import busy_argv, marker, orphans_then_sleep, wait_tagged
-from conftest import REAPER, SLOW, free_port, proc_status, remove_cgroup, wait_for_file
+from conftest import REAPER, SLOW, free_port, proc_status, remove_cgroup, wait_for_file, reaper_stats
 from metrics_helpers import (EVENTS_CHILD, in_pids_cgroup, send_and_confirm, start_with_metrics, wait_scrape,
                              write_script)
-
-
-def _stats(*args):
-    return subprocess.run([REAPER, "stats", *args], capture_output=True, text=True, timeout=30 * SLOW)
 
 
 def test_stats_from_url_and_file(reaper, tmp_path):
@@ -22,7 +18,7 @@ def test_stats_from_url_and_file(reaper, tmp_path):
     send_and_confirm(r, signal.SIGUSR1, tmp_path / "signals", 1)
     wait_scrape(port, lambda s: s.total("reaper_reaped_total") == 6 and s.value("reaper_zombies") == 1
                 and s.samples("reaper_node_cpu_busiest_ratio"), "the orphans reaped")
-    out = _stats("--url", f"http://127.0.0.1:{port}/metrics")
+    out = reaper_stats("--url", f"http://127.0.0.1:{port}/metrics")
     assert out.returncode == 0, out.stderr
     text = out.stdout
     print(text)
@@ -39,7 +35,7 @@ def test_stats_from_url_and_file(reaper, tmp_path):
 
     (tmp_path / "go").touch()
     assert r.wait(30) == 7
-    out = _stats("--file", str(mfile))
+    out = reaper_stats("--file", str(mfile))
     assert out.returncode == 0, out.stderr
     assert "exited, exit code 7 (exited_nonzero)" in out.stdout
     assert "phase done" in out.stdout
@@ -81,25 +77,25 @@ def test_stats_node_cpu_row_from_either_mode(tmp_path, text, expected):
     the summary; with per-core it names the busiest core."""
     f = tmp_path / "m.prom"
     f.write_text(text)
-    out = _stats("--file", str(f))
+    out = reaper_stats("--file", str(f))
     assert out.returncode == 0, out.stderr
     assert f"  node cpu     {expected}\n" in out.stdout, out.stdout
 
 
 def test_stats_errors_are_one_line():
     port = free_port()            # nothing listens there
-    out = _stats("--url", f"http://127.0.0.1:{port}/metrics", "--timeout", "2")
+    out = reaper_stats("--url", f"http://127.0.0.1:{port}/metrics", "--timeout", "2")
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "Connection refused" in out.stderr
-    out = _stats("--file", "/nonexistent/m.prom")
+    out = reaper_stats("--file", "/nonexistent/m.prom")
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "No such file" in out.stderr
-    out = _stats("--url", "x", "--file", "y")
+    out = reaper_stats("--url", "x", "--file", "y")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--url and --file exclude each other" in out.stderr
 
 
 def test_stats_rejects_a_non_reaper_endpoint(tmp_path):
     other = tmp_path / "other.prom"
     other.write_text("# TYPE foo counter\nfoo_total 1\n")
-    out = _stats("--file", str(other))
+    out = reaper_stats("--file", str(other))
     assert out.returncode == 1 and "reaper_build_info missing" in out.stderr
 
 
@@ -120,7 +116,7 @@ def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
         ns_pid = proc_status(stray)["NSpid"].split()[-1]       # as reaper (PID 1) sees it
         wait_scrape(port, lambda s: (s.total("reaper_budget_actions_total") or 0) >= 1 and s.samples("reaper_stray_cpu_cores"),
                     "the stray reniced and listed")
-        out = _stats("--url", f"http://127.0.0.1:{port}/metrics", "--timeout", str(5 * SLOW))
+        out = reaper_stats("--url", f"http://127.0.0.1:{port}/metrics", "--timeout", str(5 * SLOW))
         assert out.returncode == 0, out.stderr
         rows = {}
         for ln in out.stdout.splitlines()[1:]:
@@ -165,7 +161,7 @@ def test_stats_finds_the_endpoint_the_variables_name_and_takes_host_port(reaper,
     assert out.returncode == 0, out.stderr
     assert "(init), pid 1, up " in out.stdout.splitlines()[0], out.stdout
     for url in (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"):
-        out = _stats("--url", url)
+        out = reaper_stats("--url", url)
         assert out.returncode == 0 and "(init), pid 1" in out.stdout, (url, out.stderr)
     # One snapshot: the live processes are the main tree and the others, which add up.
     line = [ln for ln in out.stdout.splitlines() if ln.split()[:1] == ["processes"]][0]
@@ -194,7 +190,7 @@ def test_stats_of_a_finished_run_says_how_long_it_ran_and_when_it_ended(reaper, 
     r = reaper(["--metrics-file", str(mfile), "--metrics-interval", "0.2", "--", "sleep", "1.5"])
     assert r.wait(30) == 0
     ended = os.stat(mfile).st_mtime
-    out = _stats("--file", str(mfile))
+    out = reaper_stats("--file", str(mfile))
     assert out.returncode == 0, out.stderr
     head = out.stdout.splitlines()[0]
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ended))

@@ -10,14 +10,13 @@ import math
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REAPER, free_port, one_line
+from conftest import free_port, one_line, reaper_stats
 
 CAP = 4 << 20               # the most reaper stats reads (docs/reaper-stats.md, Exit codes)
 AS_LIMIT = 1 << 30          # the address space a hostile-input client runs in
@@ -25,10 +24,7 @@ TIMEOUT = 30                # each test's own bound on a client
 
 
 def _stats(*args, limit: bool = False):
-    cmd = [REAPER, "stats", *args]
-    if limit:
-        cmd = ["prlimit", f"--as={AS_LIMIT}", *cmd]
-    return subprocess.run(cmd, capture_output=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    return reaper_stats(*args, prefix=["prlimit", f"--as={AS_LIMIT}"] if limit else (), text=False, timeout=TIMEOUT)
 
 
 def _refused(out, *needles) -> str:

@@ -45,7 +45,11 @@ def test_the_stub_declares_what_the_header_does():
     arguments, every #define, and every field of the structs _native reads or writes."""
     header = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
     stub = (PKG / "_core.pyi").read_text()
-    for name, params in re.findall(r"^int (reaper_\w+)\(([^)]*)\);", header, re.M | re.S):
+    functions = re.findall(r"^int (reaper_\w+)\(([^)]*)\);", header, re.M | re.S)
+    # Every declaration is checked: one the pattern stopped matching would be skipped silently.
+    declared = set(re.findall(r"^[a-z][\w \t*]*?\b(reaper_\w+)\(", header, re.M))
+    assert functions and {name for name, _ in functions} == declared, sorted(declared)
+    for name, params in functions:
         nargs = 0 if params.strip() == "void" else params.count(",") + 1
         m = re.search(rf"def {name}\(self,?([^)]*)\)", stub)
         assert m, f"_core.pyi has no {name}"

@@ -40,8 +40,8 @@ REQUESTS = {k: v for k, v in options.REQUESTS.items() if k not in ("--license", 
 
 class WatchScope:
     """What the metrics and the budget enforcer are told about reaper watch's scope
-    (the Supervisor plays this part in reaper): the whole PID namespace, with no
-    main child and no services, running until it stops."""
+    (a reaper/scope.py Scope; the Supervisor plays this part in reaper): the whole PID
+    namespace, with no main child and no services, running until it stops."""
 
     __slots__ = ("pid", "is_pid1", "main_pid", "supervised", "watch", "phase")
 

@@ -15,7 +15,7 @@ Where reaper reads what a process controls (the audit of issue 20; each site say
   process sets only its name and argv), read bounded (_read_small) and parsed
   from the last ')' (a name may hold anything, parentheses and newlines included);
 - procctl.py: /proc/PID/statm and smaps_rollup (kernel-made, bounded);
-- drain.py: /proc/PID/status (kernel-made); budgets/strays.py: readlink of
+- procfs/processes.py: /proc/PID/status (kernel-made); budgets/strays.py: readlink of
   /proc/PID/exe (a kernel thread has none);
 - budgets/ (throttle): /proc/PID/cgroup of a stray reaper moved (kernel-made;
   the path in it is the cgroup's, which reaper compares, never opens).

@@ -18,10 +18,13 @@ import sys
 from collections import namedtuple
 from collections.abc import Iterable
 
+from reaper.procfs.cgroups import read_pid_cgroup
+
 FULL_EVERY = 120.0
 
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CGROUP_TEXT_MAX = 8192      # bytes of /proc/PID/cgroup read_cgroup() reads at most
 
 
 # collections' namedtuple, not typing's NamedTuple: typing (with re and enum) would cost
@@ -194,6 +197,23 @@ def _read_small(pid: int, name: str, limit: int, proc: str = "/proc") -> bytes:
         os.close(fd)
 
 
+def visible() -> bool:
+    """/proc is there and shows this process (not an empty directory bound over it)."""
+    return os.path.exists("/proc/self/stat")
+
+
+def signal_masks(pid: int) -> "tuple | None":
+    """(pending, blocked, ignored) signal masks of pid from /proc/PID/status, pending
+    being its main thread's and the process's shared ones; None if gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            fields = dict(line.split(b":", 1) for line in f if line[:3] in (b"Sig", b"Shd"))
+        return (int(fields[b"SigPnd"], 16) | int(fields[b"ShdPnd"], 16),
+                int(fields[b"SigBlk"], 16), int(fields[b"SigIgn"], 16))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def read_cmdline(pid: int) -> str:
     return _read_small(pid, "cmdline", 8192).rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
 
@@ -203,8 +223,10 @@ def read_comm(pid: int) -> str:
 
 
 def read_cgroup(pid: int, proc: str = "/proc") -> str:
-    """proc/PID/cgroup (kernel-made; bounded: a path is at most a few hundred bytes); "" when gone."""
-    return _read_small(pid, "cgroup", 8192, proc).decode(errors="replace")
+    """proc/PID/cgroup as text, through the one reader (procfs/cgroups.py), bounded at
+    CGROUP_TEXT_MAX (a path is at most a few hundred bytes); "" when gone or longer."""
+    data = read_pid_cgroup(pid, CGROUP_TEXT_MAX, proc)
+    return "" if data is None else data.decode(errors="replace")
 
 
 class ProcTable:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections import deque
 
+from reaper.policy import Backoff
+
 RESTART, DONE, GIVE_UP = "restart", "done", "give-up"
 
 
@@ -24,13 +26,13 @@ def failed(status) -> bool:
     return status is None or os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 0
 
 
-class Backoff:
+class Restarts:
+    """One service's restart policy, backoff and start limit."""
+
     def __init__(self, policy: str, delay: float, max_delay: float, limit: tuple) -> None:
         self.policy = policy
-        self.first = delay
-        self.max = max_delay
+        self.delay = Backoff(delay, max_delay)
         self.limit_starts, self.limit_window = limit
-        self.next_delay = delay
         self.starts: deque = deque()     # monotonic times of the starts within the window
         self.last_start = None
 
@@ -50,7 +52,5 @@ class Backoff:
             self.starts.popleft()
         if len(self.starts) >= self.limit_starts:
             return GIVE_UP, 0.0
-        if self.last_start is not None and now - self.last_start >= self.max:
-            self.next_delay = self.first          # it stayed up: a fresh start
-        delay, self.next_delay = self.next_delay, min(self.max, self.next_delay * 2)
-        return RESTART, delay
+        # A run of at least the maximum delay stayed up: a fresh start.
+        return RESTART, self.delay.next(0.0 if self.last_start is None else now - self.last_start)

@@ -35,7 +35,8 @@ import time
 from reaper import _native
 from reaper.log import INFO, WARN
 from reaper.text import quoted
-from reaper.services.restart import DONE, GIVE_UP, Backoff, failed
+from reaper.policy import Backoff
+from reaper.services.restart import DONE, GIVE_UP, Restarts, failed
 from reaper._native import exit_code
 
 RECHECK_FIRST = 0.01     # drain: look whether the others have ended this soon after SIGTERM,
@@ -50,11 +51,11 @@ STATES = ("running", "backoff", "failed", "exited", "stopping", "stopped")
 class Service:
     """One service's state, read by the exporter (another thread: plain attributes)."""
 
-    def __init__(self, spec, backoff: Backoff) -> None:
+    def __init__(self, spec, restarts: Restarts) -> None:
         self.name = spec.name
         self.argv = spec.argv
         self.declares_ready = spec.ready
-        self.backoff = backoff
+        self.restarts = restarts
         self.state = "backoff"           # until its first start
         self.pid = None
         self.starts = 0
@@ -102,7 +103,7 @@ class Runner:
 
     def __init__(self, cfg, log, stats, sup) -> None:
         self.cfg, self.log, self.stats, self.sup = cfg, log, stats, sup
-        self.services = [Service(spec, Backoff(*(spec.setting(cfg, k) for k in (
+        self.services = [Service(spec, Restarts(*(spec.setting(cfg, k) for k in (
             "restart", "restart_delay", "restart_max_delay", "restart_limit")))) for spec in cfg.service_specs]
         self.by_pid: dict = {}
         # Read before the OOM piece lowers reaper's own value: every start gets this one.
@@ -119,7 +120,7 @@ class Runner:
         self.until = 0.0                 # in the drain: the end of the grace
         self.share_end = None            # ...and of the share of it the stopping service has
         self.recheck_at = None
-        self.recheck_every = RECHECK_FIRST
+        self.recheck = Backoff(RECHECK_FIRST, RECHECK_MAX)
         self.ready_due = None            # --wait-ready's deadline while the main child waits
         self.ready_waited = not (cfg.wait_ready and any(s.declares_ready for s in self.services))
         stats.services = self.services
@@ -176,7 +177,7 @@ class Runner:
     def _start(self, svc: Service, now: float) -> None:
         svc.restart_at = None
         svc.starts += 1
-        svc.backoff.started(now)
+        svc.restarts.started(now)
         svc.started_at = time.time()
         svc.ready = False
         svc.ready_bytes = svc.ready_reads = 0
@@ -290,11 +291,11 @@ class Runner:
         self._ended(svc, time.monotonic(), status)
 
     def _ended(self, svc: Service, now: float, status) -> None:
-        decision, delay = svc.backoff.ended(now, status)
+        decision, delay = svc.restarts.ended(now, status)
         what = f"service {svc.name} ended: {_describe(status)}"
         if decision == DONE:
             svc.state = "exited"
-            self.log.info(f"{what}; not restarted (--restart {svc.backoff.policy})")
+            self.log.info(f"{what}; not restarted (--restart {svc.restarts.policy})")
         elif decision == GIVE_UP:
             self._give_up(svc, what)
         else:
@@ -307,8 +308,8 @@ class Runner:
     def _give_up(self, svc: Service, what: str) -> None:
         svc.state = "failed"
         svc.failed = True
-        n, window = svc.backoff.limit_starts, svc.backoff.limit_window
-        why = "--restart never" if svc.backoff.policy == "never" else \
+        n, window = svc.restarts.limit_starts, svc.restarts.limit_window
+        why = "--restart never" if svc.restarts.policy == "never" else \
             f"started {n} time{'s' if n != 1 else ''} within {window:g}s"
         stop = self.cfg.on_service_failure == "stop"
         self.log.error(f"{what}; {why}: given up, state failed" +
@@ -338,14 +339,12 @@ class Runner:
 
     def exclude(self, targets: dict) -> dict:
         """targets without the services and what runs below them."""
+        from reaper import scope
         from reaper.procfs import processes
 
         if not self.by_pid:
             return targets
-        table = processes.scan()
-        keep = set(self.by_pid)
-        for pid in self.by_pid:
-            keep |= processes.descendants(table, pid)
+        keep = set(self.by_pid) | scope.trees(processes.scan(), self.by_pid)
         return {pid: start for pid, start in targets.items() if pid not in keep}
 
     def drain_step(self, now: float) -> bool:
@@ -355,8 +354,7 @@ class Runner:
             left = drain.left()
             if left and now < self.others_until:
                 if self.recheck_at is None:
-                    self.recheck_at = min(now + self.recheck_every, self.others_until)
-                    self.recheck_every = min(RECHECK_MAX, self.recheck_every * 2)
+                    self.recheck_at = min(now + self.recheck.next(), self.others_until)
                 return False
             if left:
                 # Half the grace is up and some ignore SIGTERM: they get SIGKILL now, so
