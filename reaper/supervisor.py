@@ -292,6 +292,12 @@ class Supervisor:
         p = read_proc(ev.pid)
         if p is not None and p.state not in ("T", "t"):
             return                   # already continued: nothing to follow
+        if not _job_control_shell():
+            # Nobody would continue reaper (no terminal, or no job-control shell above
+            # it): any process that may stop the child would freeze reaper's reaping.
+            self.log.event(("job-stop",), INFO, f"main child {ev.pid} stopped by {signals.name(ev.signo)}: "
+                           "reaper goes on (no terminal and job-control shell to continue it)")
+            return
         self._stop_self(f"main child {ev.pid} stopped by {signals.name(ev.signo)}", i, group=True)
 
     def _stop_self(self, why: str, i: int, group: bool = False) -> None:
@@ -373,3 +379,21 @@ class Supervisor:
             status = code or 1
         self.stats.exit_status = status
         return status
+
+
+def _job_control_shell() -> bool:
+    """A stop of reaper would be answered: reaper has a controlling terminal and its
+    parent, in the same session, put it in a process group of its own (a job of a
+    job-control shell, whose fg or bg continues it). Otherwise (a container, a pod,
+    `docker --init`, a shell without job control) nothing would: as the kernel does
+    for an orphaned process group, the stop is not followed."""
+    from reaper.procfs.processes import stat_fields
+
+    st = stat_fields("self", maxsplit=6)
+    try:
+        ppid, pgrp, session, tty = (int(x) for x in st[1][1:5])   # after the state
+        if tty == 0 or ppid <= 1:
+            return False
+        return os.getsid(ppid) == session and os.getpgid(ppid) != pgrp
+    except (TypeError, ValueError, OSError):
+        return False

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import (PYTHON, REAPER, UNSHARE, check_user_can_run, children_of, clean_env, descendants, importable,
                       proc_status, py, read_until, refused, require, run_reaper, summary, take_tty, wait_for,
-                      wait_for_file)
+                      wait_for_file, zombies_of)
 from metrics_helpers import get, start_with_metrics
 
 # A main child that leaves an orphan behind (news: the drain ends it).
@@ -208,15 +208,52 @@ def test_a_dropped_job_control_signal_does_not_stop_reaper(reaper):
 SELF_STOP = ["sh", "-c", "echo ready; kill -TSTP $$; echo resumed"]
 
 
-def test_reaper_follows_its_child_stopped_by_a_terminal_stop_and_continues_it(reaper):
-    r = reaper(["--", *SELF_STOP], pid1=False)
+def test_without_a_terminal_reaper_does_not_follow_its_stopped_child(reaper):
+    """docs/reaper.md: reaper follows its main child's stop only where a job-control shell
+    on a terminal would continue it (tests below: a real bash under a pty); here nothing
+    would, so it goes on, and a SIGCONT it gets is forwarded."""
+    r = reaper(["-v", "--", *SELF_STOP], pid1=False)
     assert r.readline() == "ready"
     child = r.main_child()
-    wait_for(lambda: _state(r.pid) == "T", what="reaper to stop with its child")
-    assert _state(child) == "T"
-    r.send(signal.SIGCONT)                       # what the shell's fg or bg does
+    wait_for(lambda: _state(child) == "T", what="the child to stop itself")
+    time.sleep(0.2)                              # reaper would have followed by now
+    assert _state(r.pid) != "T"
+    r.send(signal.SIGCONT)                       # forwarded: the child goes on
     assert r.readline() == "resumed"
     assert r.wait() == 0
+    assert "reaper goes on (no terminal and job-control shell to continue it)" in r.stderr
+
+
+# A main child (run as uid 1000) that leaves a short-lived orphan every 20 ms, for ever.
+ORPHANS_FOREVER = ["sh", "-c", "echo ready; while :; do (sleep 0.01 &); sleep 0.02; done"]
+
+
+def test_a_user_stopping_the_main_child_never_freezes_a_subreaper(reaper):
+    """Issue 33 point 11: reaper (root, a subreaper, no terminal) and its main child of uid
+    1000; a uid-1000 process sends the child SIGTSTP, then SIGCONT. reaper must not stop
+    with it (nobody could continue it): it keeps reaping the child's orphans."""
+    r = reaper(["--", "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", *ORPHANS_FOREVER], pid1=False)
+    assert r.readline() == "ready"
+    child = r.main_child()
+    wait_for(lambda: proc_status(child)["Uid"].split()[0] == "1000", what="the child as uid 1000")
+    user = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "kill"]
+    subprocess.run([*user, "-TSTP", str(child)], check=True)
+    wait_for(lambda: _state(child) == "T", what="the child stopped")
+    states = set()
+    end = time.monotonic() + 0.5                 # long enough for reaper to follow it
+    while time.monotonic() < end:
+        states.add(_state(r.pid))
+        time.sleep(0.005)
+    subprocess.run([*user, "-CONT", str(child)], check=True)
+    wait_for(lambda: _state(child) != "T", what="the child continued")
+    end = time.monotonic() + 1.5                 # some 50 orphans made and reaped meanwhile
+    while time.monotonic() < end:
+        states.add(_state(r.pid))
+        time.sleep(0.005)
+    assert "T" not in states, f"reaper stopped with its child (states seen: {states})"
+    wait_for(lambda: not zombies_of(r.pid), 2, what="every orphan reaped")
+    r.send(signal.SIGTERM)
+    r.wait()
 
 
 def test_as_pid1_reaper_only_forwards(reaper):
