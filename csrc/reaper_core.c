@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -218,6 +219,51 @@ static void service_setup(char *const argv[], const struct reaper_spawn_extra *x
     }
 }
 
+/* REAPER_CHILD_OOM_RAISE, in the child: raw system calls and integers written by hand
+ * (async-signal-safe). Skipped where reaper may lower its own value instead (it has
+ * CAP_SYS_RESOURCE: reaper/oom.py), and for a value of -1000 (nobody is chosen). */
+static void raise_oom_score(void)
+{
+    struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &hdr, caps) == 0 && (caps[0].effective & (1u << CAP_SYS_RESOURCE)))
+        return;
+    char buf[16];
+    int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    int neg = buf[0] == '-', value = 0;
+    for (ssize_t i = neg; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+        value = value * 10 + (buf[i] - '0');
+    if (neg)
+        value = -value;
+    int want = value + REAPER_CHILD_OOM_RAISE > 1000 ? 1000 : value + REAPER_CHILD_OOM_RAISE;
+    if (value <= -1000 || want <= value)
+        return;
+    char out[8];
+    int len = 0, w = want < 0 ? -want : want;
+    char digits[8];
+    int d = 0;
+    do {
+        digits[d++] = (char)('0' + w % 10);
+        w /= 10;
+    } while (w > 0);
+    if (want < 0)
+        out[len++] = '-';
+    while (d > 0)
+        out[len++] = digits[--d];
+    fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t unused = write(fd, out, (size_t)len);
+        (void)unused;
+        close(fd);
+    }
+}
+
 /* Only async-signal-safe calls between fork and exec. */
 static void become_child(char *const argv[], int own_group, int take_tty, int listen_pid,
                          const struct reaper_spawn_extra *extra, int cwdfd, int errfd)
@@ -227,6 +273,7 @@ static void become_child(char *const argv[], int own_group, int take_tty, int li
         child_failed(argv, errno, errfd);
     if (extra != NULL)
         service_setup(argv, extra, errfd);
+    raise_oom_score();
     if (own_group) {
         setpgid(0, 0);
         /* In the child, not the parent: the child must own the terminal
