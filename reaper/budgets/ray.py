@@ -63,7 +63,7 @@ MAX_STEPS = 128
 MAX_SITES = 16                 # lib*/python* directories of a prefix looked into
 MAX_ROWS = 8                   # RECORD rows naming a `ray` script resolved
 CLASSIFY_TIMEOUT = 0.5         # seconds the loop waits for one process's files (a few ms when they answer)
-COSTLY = 0.001                 # seconds: a judgement that took longer is kept whatever the finder drops
+COSTLY = 0.001                 # CPU seconds: a judgement that cost more is kept whatever the finder drops
 UNDECIDED = "undecided"        # kind(): not judged yet (its files or the checkers did not answer)
 
 
@@ -210,9 +210,9 @@ class RayProcesses:
             self.costly.pop(key, None)  # it exec'd: judged afresh
         if cmdline is None:
             cmdline = self._cmdline(pid)
-        began = time.monotonic()
+        cost = []
         try:
-            k = self.files.run(self._classify, pid, cmdline, self.files.deadline())
+            k = self.files.run(self._timed, cost, pid, cmdline, self.files.deadline())
         except Late:     # undecided, never a verdict: not Ray's would let budgets act on Ray's own
             self.late = [*self.late[-7:], pid]
             return UNDECIDED
@@ -220,9 +220,17 @@ class RayProcesses:
             k = None
         verdict = (self._exec_id(pid, cmdline), k)
         self.cache[key] = verdict
-        if time.monotonic() - began >= COSTLY:
+        if cost and cost[0] >= COSTLY:
             self.costly[key] = verdict
         return k
+
+    def _timed(self, cost: list, pid: int, cmdline: bytes, deadline: float) -> str | None:
+        """_classify, its CPU time put in cost (the worker's own: neither waits nor load count)."""
+        began = time.thread_time()
+        try:
+            return self._classify(pid, cmdline, deadline)
+        finally:
+            cost.append(time.thread_time() - began)
 
     def _exec_id(self, pid: int, cmdline: bytes | None) -> object:
         """What changes when pid execs and not when it renames itself: the address of its
