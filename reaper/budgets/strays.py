@@ -86,7 +86,7 @@ class Finder:
         # An orphaned raylet (`ray start` without --block, reaper watch, pause mode)
         # is not an orphan's tree: what runs below it is Ray's, judged by rule (2).
         # Nor, until told, is one whose check is UNDECIDED (ray.py).
-        ray_trees = table.descendants([pid for pid, k in named.items() if k is not None])
+        ray_trees = table.descendants([pid for pid, k in named.items() if k in ("raylet", UNDECIDED)])
         for pid in table.descendants(roots):
             if pid not in ray_trees:
                 found[pid] = "orphan"
