@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, alive, importable, pids_with_arg, require, wait_for, wait_for_file
+from conftest import PYTHON, alive, children_of, importable, pids_with_arg, require, wait_for, wait_for_file
 import budget_helpers as bh
 from reaper.procfs.offloop import Late
 
@@ -219,3 +219,43 @@ def test_a_verdict_is_kept_whatever_the_name_and_asked_again_after_an_exec(monke
     finally:
         p.kill()
         p.wait()
+
+
+def test_an_undecided_check_is_no_stray_no_verdict_and_no_orphans_below_a_raylet(monkeypatch):
+    """Point 5 where budgets/strays.py meets ray.py: while Ray's check of a process is
+    UNDECIDED it is not a stray (no budget, age or action), no verdict is kept for it (it
+    is judged at the next scan), and nothing below a process named raylet is an orphan."""
+    from types import SimpleNamespace
+
+    from reaper.budgets import ray
+    from reaper.budgets.strays import Finder
+    from reaper.procfs.processes import ProcTable
+
+    plain = subprocess.Popen(["sleep", "60"])
+    fake = subprocess.Popen([PYTHON, "-c", "import ctypes, subprocess, time\n"
+                             "ctypes.CDLL(None).prctl(15, b'raylet', 0, 0, 0)\n"
+                             "subprocess.Popen(['sleep', '61']); time.sleep(60)\n"])
+    below = None
+    try:
+        wait_for(lambda: open(f"/proc/{fake.pid}/comm").read().strip() == "raylet" and
+                 len(children_of(fake.pid)) == 1, what="the process named raylet and its child")
+        (below,) = children_of(fake.pid)
+        cfg = SimpleNamespace(stray_match=[], protect=[], ray_aware=True)
+        scope = SimpleNamespace(pid=os.getpid(), main_pid=None, supervised=[], is_pid1=False)
+        finder = Finder(cfg, scope)
+        table = ProcTable()
+        table.refresh(time.monotonic(), [os.getpid()])
+        verdict = {}
+        monkeypatch.setattr(finder.ray, "kind", lambda pid, start: verdict.get(pid, ray.UNDECIDED))
+        found = {k[0] for k in finder.find(table)}
+        assert not found & {plain.pid, fake.pid, below}, found
+        assert not {k[0] for k in finder.judged} & {plain.pid, fake.pid, below}
+        verdict.update({plain.pid: None, fake.pid: None, below: None})     # told: none is Ray's
+        found = {k[0] for k in finder.find(table)}
+        assert {plain.pid, fake.pid, below} <= found, found
+    finally:
+        if below is not None:
+            os.kill(below, signal.SIGKILL)
+        for p in (plain, fake):
+            p.kill()
+            p.wait()
