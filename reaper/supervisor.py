@@ -292,12 +292,6 @@ class Supervisor:
         p = read_proc(ev.pid)
         if p is not None and p.state not in ("T", "t"):
             return                   # already continued: nothing to follow
-        if not _job_control_shell():
-            # Nobody would continue reaper (no terminal, or no job-control shell above
-            # it): any process that may stop the child would freeze reaper's reaping.
-            self.log.event(("job-stop",), INFO, f"main child {ev.pid} stopped by {signals.name(ev.signo)}: "
-                           "reaper goes on (no terminal and job-control shell to continue it)")
-            return
         self._stop_self(f"main child {ev.pid} stopped by {signals.name(ev.signo)}", i, group=True)
 
     def _stop_self(self, why: str, i: int, group: bool = False) -> None:
@@ -309,6 +303,13 @@ class Supervisor:
         # the stop it answers: stopping now would wait for another one.
         later = any(e.kind == EV_SIGNAL and e.signo == signal.SIGCONT for e in self.batch[i + 1:])
         if later or signal.SIGCONT in signal.sigpending():
+            return
+        if not _job_control_shell():
+            # Nobody would continue reaper (no terminal, or no job-control shell above
+            # it): any process that may stop the child, or signal reaper, would freeze
+            # reaper's reaping for good.
+            self.log.event(("job-stop",), INFO, f"{why}: reaper goes on (no terminal and job-control shell "
+                                                "to continue it)")
             return
         self.log.event(("job-stop",), INFO, f"{why}: reaper stops too (job control)")
         try:

@@ -179,18 +179,70 @@ def _state(pid: int) -> str:
     ([], signal.SIGTTOU, signal.SIGTTOU),
     (["-r", "21:15"], signal.SIGTTIN, signal.SIGTERM),     # dumb-init's rewrite, then the stop
 ], ids=["TSTP", "TTIN", "TTOU", "TTIN-as-TERM"])
-def test_job_control_signal_is_forwarded_then_reaper_stops_until_continued(reaper, args, sig, delivered):
-    r = reaper([*args, "--", *SIG_ECHO], pid1=False)
+def test_without_a_terminal_a_job_control_signal_is_forwarded_only(reaper, args, sig, delivered):
+    """docs/reaper.md: reaper stops itself only where a job-control shell on a terminal
+    would continue it (the next test); here nobody would, and anybody allowed to signal
+    reaper could freeze its reaping for good."""
+    r = reaper([*args, "-v", "--", *SIG_ECHO], pid1=False)
     assert r.readline() == "ready"
     r.send(sig)
     assert r.readline() == str(int(delivered))
-    wait_for(lambda: _state(r.pid) == "T", what="reaper to stop itself")
-    r.send(signal.SIGCONT)
-    wait_for(lambda: _state(r.pid) != "T", what="reaper to run again")
-    assert r.readline() == str(int(signal.SIGCONT)), "SIGCONT is forwarded too"
+    r.send(signal.SIGUSR1)                      # a marker: the stop signal was handled before it
+    assert r.readline() == str(int(signal.SIGUSR1))
+    assert _state(r.pid) != "T"
     r.send(signal.SIGUSR2)
     assert r.readline() == str(int(signal.SIGUSR2))
     assert r.wait() == 0
+    assert "reaper goes on (no terminal and job-control shell to continue it)" in r.stderr
+
+
+def test_job_control_signal_in_an_interactive_bash_stops_reaper_until_fg(tmp_path):
+    """dumb-init's rule where a shell can answer it: SIGTSTP sent to reaper is forwarded,
+    reaper stops, bash sees its job stopped; `fg` continues it, and SIGCONT is forwarded."""
+    import shlex
+
+    prompt = b"PROMPT-5> "
+    master, slave = pty.openpty()
+    bash = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=take_tty, env=clean_env(TERM="dumb", PS1=prompt.decode(), HISTFILE="/dev/null"))
+    os.close(slave)
+    out = b""
+
+    def expect(needle: bytes):
+        nonlocal out
+        mark = len(out)
+        out += read_until(master, lambda b: needle in b[mark:], 20, have=out)
+
+    try:
+        expect(prompt)
+        script = tmp_path / "sig_echo.py"
+        script.write_text(SIG_ECHO[-1])
+        os.write(master, f"{REAPER} -- {shlex.join([PYTHON, str(script)])}\n".encode())
+        expect(b"ready\r\n")
+        (reaper_pid,) = wait_for(lambda: children_of(bash.pid) or None, what="reaper under bash")
+        os.kill(reaper_pid, signal.SIGTSTP)
+        expect(prompt)
+        assert b"%d" % signal.SIGTSTP in out and b"Stopped" in out, out
+        assert _state(reaper_pid) == "T"
+        os.write(master, b"fg\n")
+        expect(b"%d\r\n" % signal.SIGCONT)      # forwarded once reaper runs again
+        assert _state(reaper_pid) != "T"
+        os.kill(reaper_pid, signal.SIGUSR2)
+        expect(prompt)
+        os.write(master, b"echo status=$?\n")
+        expect(b"status=0\r\n")
+        os.write(master, b"exit\n")
+        assert bash.wait(20) == 0
+    finally:
+        os.close(master)
+        if bash.poll() is None:
+            for pid in descendants(bash.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            bash.kill()
+            bash.wait()
 
 
 def test_a_dropped_job_control_signal_does_not_stop_reaper(reaper):
