@@ -8,9 +8,9 @@ loop waits at most `timeout` for it. A call still running at its deadline is Lat
 and left to its thread (a thread cannot be killed); the next call gets a new worker.
 Work that checks its deadline between its steps (check()) stops soon after it and
 frees its worker: only a call blocked in the kernel stays. At most `max_stuck`
-threads are ever left that way; past that, every call is Late at once, so a hostile process costs reaper a bounded
-number of threads and of waits, never its loop. A worker whose call returns at last
-is idle again. If no thread can be made (the pids limit), the work runs inline.
+threads are ever left that way; past that, every call is Late at once, so a hostile
+process costs reaper a bounded number of threads and of waits, never its loop. A
+worker whose call returns at last is idle again. If no thread can be made (the pids limit), the work runs inline.
 """
 from __future__ import annotations
 
