@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -224,9 +223,11 @@ static void service_setup(char *const argv[], const struct reaper_spawn_extra *x
  * CAP_SYS_RESOURCE: reaper/oom.py), and for a value of -1000 (nobody is chosen). */
 static void raise_oom_score(void)
 {
-    struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
-    struct __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3];
-    if (syscall(SYS_capget, &hdr, caps) == 0 && (caps[0].effective & (1u << CAP_SYS_RESOURCE)))
+    /* capget(2)'s ABI, version 3 (linux/capability.h, which musl toolchains may lack);
+     * CAP_SYS_RESOURCE is capability 24. */
+    struct { uint32_t version; int pid; } hdr = { 0x20080522, 0 };
+    struct { uint32_t effective, permitted, inheritable; } caps[2];
+    if (syscall(SYS_capget, &hdr, caps) == 0 && (caps[0].effective & (1u << 24)))
         return;
     char buf[16];
     int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
