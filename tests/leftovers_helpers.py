@@ -1,0 +1,114 @@
+"""Helpers for tests/test_leftovers*.py: processes that leave others behind the way
+Ray workers and services do, and a device node named like an accelerator.
+
+Run as a script:
+  python leftovers_helpers.py rank DIR NAME [ignore-term] [device=PATH] [fork]
+      a leftover: writes NAME.pid (its pid in reaper's namespace), NAME.term when it
+      gets SIGTERM (then exits, unless ignore-term), holds PATH open, and with fork
+      forks a child every 50 ms (each child ignores SIGTERM too and sleeps)
+  python leftovers_helpers.py launcher DIR NAME WAIT [rank args...]
+      a service's run: starts `rank DIR NAME-<run> ...` in a new session
+      (start_new_session=True, as torchrun starts its ranks), waits until its pid
+      file exists and WAIT seconds more, and exits 1; run 2 writes run-2.prev
+      (whether run 1's rank was still alive when it started) and stays up
+"""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+MARK = "reaper-leftover:"
+
+
+def make_device(directory: Path, name: str = "nvidia0") -> Path:
+    """A real character device with /dev/null's numbers, named like a GPU."""
+    st = os.stat("/dev/null")
+    path = directory / name
+    os.mknod(path, 0o666 | stat.S_IFCHR, st.st_rdev)
+    return path
+
+
+def rank_argv(out, name: str, *extra: str) -> list:
+    return [sys.executable, str(HERE), "rank", str(out), MARK + name, *extra]
+
+
+def marked(out, name: str) -> list:
+    """Host pids of the live ranks named name started for directory out (the marker
+    alone is not unique: tests run side by side)."""
+    want = [str(out).encode(), (MARK + name).encode()]
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if all(w in args for w in want):
+            found.append(int(pid))
+    return found
+
+
+def _write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.rename(tmp, path)
+
+
+def rank(out: str, marked: str, *extra: str) -> None:
+    name = marked[len(MARK):]
+    ignore = "ignore-term" in extra
+    held = [os.open(e[len("device="):], os.O_RDWR) for e in extra if e.startswith("device=")]
+
+    def term(*_):
+        _write(os.path.join(out, name + ".term"), f"{time.monotonic()}\n")
+        if not ignore:
+            os._exit(0)
+    signal.signal(signal.SIGTERM, term)
+    _write(os.path.join(out, name + ".pid"), str(os.getpid()))
+    if "fork" in extra:
+        while True:
+            if os.fork() == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                while True:
+                    time.sleep(1)
+            time.sleep(0.05)
+    while True:
+        time.sleep(1)
+    del held
+
+
+def launcher(out: str, name: str, wait: str, *extra: str) -> None:
+    runs = sorted(Path(out).glob("run-*"))
+    n = len([r for r in runs if r.suffix == ""]) + 1
+    if n > 1:
+        prev = Path(out, f"{name}-{n - 1}.pid")
+        still = False
+        if prev.exists():
+            try:
+                os.kill(int(prev.read_text()), 0)
+                still = True
+            except OSError:
+                still = False
+        _write(os.path.join(out, f"run-{n}.prev"), "alive" if still else "gone")
+        while True:                       # the second run stays up
+            time.sleep(1)
+    Path(out, f"run-{n}").write_text(str(os.getpid()))
+    subprocess.Popen(rank_argv(out, f"{name}-{n}", *extra), start_new_session=True)
+    pid_file = Path(out, f"{name}-{n}.pid")
+    while not pid_file.exists():
+        time.sleep(0.01)
+    time.sleep(float(wait))
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    {"rank": rank, "launcher": launcher}[sys.argv[1]](*sys.argv[2:])
