@@ -37,7 +37,7 @@ def compose(cfg, log, exporter, pid: int, inherited: list):
             policy.start(METRICS, lambda: exporter.start(sup), getattr(exporter, "abort", None))
         if cfg.budgets_enabled:
             policy.start(BUDGETS, lambda: _enforcer(cfg, log, stats, sup))
-        if cfg.leftovers != "keep":
+        if _leftovers_mode(cfg) != "keep":
             policy.start(LEFTOVERS, lambda: _leftovers(cfg, log, stats, sup))
     return start
 
@@ -119,7 +119,15 @@ def _enforcer(cfg, log, stats, sup):
     return Enforcer(cfg, log, stats.budget, sup, reaped.of(sup, stats))
 
 
+def _leftovers_mode(cfg) -> str:
+    """--leftovers as given; unset, report where there are services or budgets (the
+    loop has timers anyway), else keep: an idle reaper with nothing asked never wakes."""
+    if cfg.leftovers is not None:
+        return cfg.leftovers
+    return "report" if cfg.services_enabled or cfg.budgets_enabled else "keep"
+
+
 def _leftovers(cfg, log, stats, sup):
     from reaper.leftovers.piece import Leftovers
 
-    return Leftovers(cfg, log, stats, sup)
+    return Leftovers(cfg, log, stats, sup, cfg.leftovers or "report")

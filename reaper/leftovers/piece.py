@@ -25,14 +25,14 @@ KEPT_MAX = 256           # reported or stopped ends whose device holders the met
 class Leftovers:
     name = "leftovers"
 
-    def __init__(self, cfg, log, stats, sup) -> None:
+    def __init__(self, cfg, log, stats, sup, mode: str) -> None:
         from reaper.budgets.ray import RayProcesses
         from reaper.leftovers.devices import DEFAULT_GLOBS, Devices
         from reaper.leftovers.jobs import Jobs
         from reaper.leftovers.tracker import Tracker
 
         self.cfg, self.log, self.sup = cfg, log, sup
-        self.mode = cfg.leftovers
+        self.mode = mode
         self.grace = cfg.leftover_grace
         self.devices = Devices(cfg.devices or DEFAULT_GLOBS)
         self.tracker = Tracker(os.getpid(), RayProcesses(), Jobs())
