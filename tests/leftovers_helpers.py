@@ -110,5 +110,66 @@ def launcher(out: str, name: str, wait: str, *extra: str) -> None:
     sys.exit(1)
 
 
+def agent(out: str, *ranks: str) -> None:
+    """torchrun's agent: each argument NAME[:arg:arg] starts a rank in a new session;
+    `timeout` in an argument starts that rank under GNU timeout (its own process group)."""
+    for spec in ranks:
+        name, *extra = spec.split(":")
+        argv = rank_argv(out, name, *[e for e in extra if e != "timeout"])
+        if "timeout" in extra:
+            subprocess.Popen(["timeout", "600", *argv])
+        else:
+            subprocess.Popen(argv, start_new_session=True)
+    while True:
+        time.sleep(1)
+
+
+def ray_driver(out: str) -> None:
+    """The main child of tests/test_leftovers_ray.py: a local Ray (ray.init), an actor
+    whose agent starts ranks that flee its session, killed with ray.kill; a live actor
+    with a setsid'd rank; a task whose worker is SIGKILLed; its own setsid'd daemon."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    me = sys.executable
+
+    def wait_pids(*names):
+        for n in names:
+            while not Path(out, n + ".pid").exists():
+                time.sleep(0.01)
+
+    @ray.remote
+    class Holder:
+        def run(self, ranks):
+            self.agent = subprocess.Popen([me, str(HERE), "agent", out, *ranks])
+            wait_pids(*[r.split(":")[0] for r in ranks])
+            time.sleep(2.5)                 # two samples of reaper's with the ranks below it
+            return os.getpid()
+
+    @ray.remote(max_retries=0)
+    def doomed():
+        subprocess.Popen([me, str(HERE), "agent", out, "task-rank"])
+        wait_pids("task-rank")
+        time.sleep(2.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    _write(os.path.join(out, "job"), ray.get_runtime_context().get_job_id())
+    subprocess.Popen(rank_argv(out, "daemon"), start_new_session=True)     # the main child's: nobody's leftover
+    keeper = Holder.remote()
+    ray.get(keeper.run.remote(["live-rank"]))
+    device = Path(out, "nvidia0")
+    holder = Holder.remote()
+    ray.get(holder.run.remote([f"gpu-rank:device={device}", "stubborn-rank:ignore-term", "timeout-rank:timeout"]))
+    _write(os.path.join(out, "killed"), f"{time.monotonic()}\n")
+    ray.kill(holder)
+    try:
+        ray.get(doomed.remote())
+    except ray.exceptions.WorkerCrashedError:
+        _write(os.path.join(out, "task-killed"), f"{time.monotonic()}\n")
+    while not Path(out, "exit").exists():
+        time.sleep(0.05)
+    ray.shutdown()
+
+
 if __name__ == "__main__":
-    {"rank": rank, "launcher": launcher}[sys.argv[1]](*sys.argv[2:])
+    {"rank": rank, "launcher": launcher, "agent": agent, "ray-driver": ray_driver}[sys.argv[1]](*sys.argv[2:])

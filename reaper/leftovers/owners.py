@@ -36,7 +36,8 @@ class Owner:
             return
         self.comm = comm
         title = display(read_cmdline(self.key[0]))[:TITLE_MAX]
-        if title and title != "ray::IDLE":
+        # An actor between calls is titled ray::Holder: its last call's title (ray::Holder.run) says more.
+        if title and title != "ray::IDLE" and not self.name.startswith(title + "."):
             self.name = title
         _, job = jobs.of(self.key[0])
         if job is not None:
