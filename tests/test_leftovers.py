@@ -127,3 +127,21 @@ def readonly_v2() -> None:
     for mnt in points:
         if libc.mount(mnt.encode(), mnt.encode(), None, 32 | 4096 | 1, None) != 0:
             raise OSError(ctypes.get_errno(), f"remount {mnt} read-only")
+
+
+def test_report_counts_in_the_metrics_and_the_device_holder_stays_counted(reaper, tmp_path):
+    from metrics_helpers import start_with_metrics, wait_scrape
+
+    dev = lh.make_device(tmp_path)
+    r, port = start_with_metrics(reaper, MAIN, ["--leftovers", "report", "--devices", str(tmp_path / "nvidia*"),
+                                                "--restart-delay", "0.1",
+                                                "--service", service(tmp_path, 1.5, f"device={dev}")])
+    s = wait_scrape(port, lambda s: s.value("reaper_leftover_device_holders", device=str(dev)) == 1,
+                    "the reported holder counted")
+    assert s.value("reaper_leftovers_total", action="reported") == 1
+    assert s.value("reaper_leftover_owners_ended_total", kind="service") == 1
+    assert s.value("reaper_leftovers_total", action="killed") == 0
+    os.kill(host_pid(tmp_path, "rank-1"), signal.SIGKILL)
+    wait_scrape(port, lambda s: s.value("reaper_leftover_device_holders", device=str(dev)) is None,
+                "the holder gone from the gauge")
+    r.kill()
