@@ -153,7 +153,16 @@ def ray_driver(out: str) -> None:
         time.sleep(2.5)
         os.kill(os.getpid(), signal.SIGKILL)
 
+    @ray.remote(max_retries=0)
+    def quick(name, die):
+        # Born and orphaned at once (sh returns before reaper's next sample).
+        subprocess.run(["sh", "-c", "setsid " + " ".join(rank_argv(out, name)) + " &"], check=True)
+        wait_pids(name)
+        if die:
+            os.kill(os.getpid(), signal.SIGKILL)
+
     _write(os.path.join(out, "job"), ray.get_runtime_context().get_job_id())
+    ray.get(quick.remote("quick-live", False))
     subprocess.Popen(rank_argv(out, "daemon"), start_new_session=True)     # the main child's: nobody's leftover
     keeper = Holder.remote()
     ray.get(keeper.run.remote(["live-rank"]))
@@ -166,6 +175,10 @@ def ray_driver(out: str) -> None:
         ray.get(doomed.remote())
     except ray.exceptions.WorkerCrashedError:
         _write(os.path.join(out, "task-killed"), f"{time.monotonic()}\n")
+    try:
+        ray.get(quick.remote("quick-dead", True))
+    except ray.exceptions.WorkerCrashedError:
+        _write(os.path.join(out, "quick-killed"), f"{time.monotonic()}\n")
     while not Path(out, "exit").exists():
         time.sleep(0.05)
     ray.shutdown()

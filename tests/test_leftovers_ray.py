@@ -40,9 +40,11 @@ def ray_run(tmp_path_factory):
         facts["ended_at"] = time.monotonic()
         wait_for_file(out / "task-killed", timeout=60)
         wait_for(lambda: lh.marked(out, "task-rank") == [], 15, 0.05, what="task-rank ended")
+        wait_for_file(out / "quick-killed", timeout=60)
+        wait_for(lambda: lh.marked(out, "quick-dead") == [], 15, 0.05, what="quick-dead ended")
         time.sleep(2.5)                     # two samples more: the live ones must still be there
-        facts["live"] = {n: bool(lh.marked(out, n)) for n in ("live-rank", "daemon")}
-        facts["term"] = {n: (out / f"{n}.term").exists() for n in ("live-rank", "daemon")}
+        facts["live"] = {n: bool(lh.marked(out, n)) for n in ("live-rank", "daemon", "quick-live")}
+        facts["term"] = {n: (out / f"{n}.term").exists() for n in ("live-rank", "daemon", "quick-live")}
         (out / "exit").write_text("1")
         r.send(signal.SIGTERM)
         r.wait(60)
@@ -80,5 +82,12 @@ def test_a_sigkilled_tasks_rank_is_ended(ray_run):
 
 def test_no_false_positive_for_a_live_actors_rank_and_the_drivers_daemon(ray_run):
     err, out, facts, dev = ray_run
-    assert facts["live"] == {"live-rank": True, "daemon": True}, facts
-    assert facts["term"] == {"live-rank": False, "daemon": False}, facts
+    assert facts["live"] == {"live-rank": True, "daemon": True, "quick-live": True}, facts
+    assert facts["term"] == {"live-rank": False, "daemon": False, "quick-live": False}, facts
+
+
+def test_one_born_and_orphaned_between_two_samples_is_ended_with_its_job_and_an_unknown_owner(ray_run):
+    err, out, facts, dev = ray_run
+    job = (out / "job").read_text().strip()
+    assert (out / "quick-dead.term").exists()
+    assert any(f"leftovers of an unknown owner (job {job})" in x for x in err.splitlines()), err

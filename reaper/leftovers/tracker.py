@@ -9,10 +9,12 @@ forks and exits) change their parent or group, not the note. The innermost
 owner wins (a Ray worker inside a service's tree is the worker's).
 
 A process born and orphaned between two samples was never seen below its
-owner. A new orphan (adopted by reaper, not the main child or a service) whose
-environment carries Ray's RAY_JOB_ID is a leftover of an unknown owner in that
-job (reaper/leftovers/jobs.py); one without it is nobody's (the main child's
-double-forked daemon): never a leftover.
+owner. When an owner ended since the last sample, a new orphan (adopted by
+reaper, not the main child or a service) whose environment carries Ray's
+RAY_JOB_ID is a leftover of an unknown owner in that job
+(reaper/leftovers/jobs.py); one without it is nobody's (the main child's
+double-forked daemon): never a leftover. With no owner ended in that window, a
+new orphan was orphaned by a live owner and is left alone.
 
 Costs: one dict entry per process below an owner; the owners' titles and jobs are
 read only when an owner with descendants changes its name.
@@ -75,7 +77,10 @@ class Tracker:
                 if q is not None:
                     self.owned[(d, q.start)] = key
         ended = [self._gone(key) for key, o in list(self.owners.items()) if not _alive(procs, key)]
-        orphans = self._new_orphans(old, procs, kept)
+        # New orphans are looked at only when an owner ended since the last sample: one
+        # orphaned while every owner lives was orphaned by a live one (a worker's
+        # double fork), and a live owner's processes are never leftovers.
+        orphans = self._new_orphans(old, procs, kept) if ended else []
         live = {k for k in self.owned if _alive(procs, k)}
         if len(live) != len(self.owned):
             self.owned = {k: v for k, v in self.owned.items() if k in live}
