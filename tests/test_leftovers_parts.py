@@ -1,0 +1,107 @@
+"""The leftovers piece's parts in-process, on hostile input: the device globs, the fd
+links of a real process, Ray's job id from an environment and a worker's log (a FIFO on
+fd 1 never blocks, a huge or lying log is read bounded)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from reaper.leftovers import devices, jobs
+from reaper.leftovers.devices import Devices, check_glob, match, parse_globs
+
+
+@pytest.mark.parametrize("glob, path, hit", [
+    ("/dev/nvidia[0-9]*", "/dev/nvidia0", True), ("/dev/nvidia[0-9]*", "/dev/nvidia12", True),
+    ("/dev/nvidia[0-9]*", "/dev/nvidiactl", False), ("/dev/nvidia[0-9]*", "/dev/nvidia-uvm", False),
+    ("/dev/dri/renderD*", "/dev/dri/renderD128", True), ("/dev/dri/renderD*", "/dev/dri/card0", False),
+    ("/dev/accel/*", "/dev/accel/accel0", True), ("/dev/kfd", "/dev/kfd", True), ("/dev/kfd", "/dev/kfd0", False),
+    ("/dev/neuron?", "/dev/neuron3", True), ("/dev/x[!0-9]", "/dev/xa", True), ("/dev/x[!0-9]", "/dev/x1", False),
+    ("/dev/x[]]", "/dev/x]", True),
+])
+def test_globs_match_as_fnmatch_does(glob, path, hit):
+    import fnmatch
+
+    assert match(glob, path) is hit is fnmatch.fnmatchcase(path, glob)
+
+
+def test_the_default_list_leaves_dev_null_and_the_shared_nvidia_nodes_out():
+    d = Devices(devices.DEFAULT_GLOBS)
+    assert not any(d.matches(p) for p in ("/dev/null", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dri/card0"))
+    assert all(d.matches(p) for p in ("/dev/nvidia7", "/dev/kfd", "/dev/neuron0", "/dev/accel/accel1"))
+
+
+@pytest.mark.parametrize("text", ["", " , ", "dev/nvidia*", "/dev/x[", "/dev/x]", "/dev/\x1b", ",".join(["/a"] * 65)])
+def test_bad_globs_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_globs(text)
+
+
+def test_a_holder_is_found_by_its_fd_links_and_a_dev_null_holder_is_not(tmp_path):
+    from leftovers_helpers import make_device
+
+    dev = make_device(tmp_path)
+    code = f"import os,time; a=os.open({str(dev)!r}, os.O_RDWR); b=os.open('/dev/null', os.O_RDONLY); print(1, flush=True); time.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        p.stdout.readline()
+        assert Devices([str(tmp_path / "nvidia*")]).held_by(p.pid) == [str(dev)]
+        assert Devices(devices.DEFAULT_GLOBS).held_by(p.pid) == []
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_process_with_more_fds_than_the_bound_costs_the_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(devices, "MAX_FDS", 3)
+    assert Devices(["/dev/null"]).held_by(os.getpid()) in ([], ["/dev/null"])   # read, bounded, no error
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"RAY_JOB_ID": "02000000"}, (True, "02000000")), ({"RAY_JOB_ID": "ffffffff"}, (True, None)),
+    ({"RAY_JOB_ID": "0200\n0000"}, (True, None)), ({"RAY_JOB_ID": "x" * 5000}, (True, None)),
+    ({}, (False, None)),
+])
+def test_the_job_from_the_environment_never_the_null_id(env, want):
+    p = subprocess.Popen(["sleep", "30"], env={"PATH": os.environ["PATH"], **env})
+    try:
+        time.sleep(0.05)
+        assert jobs.from_environ(p.pid) == want
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_the_job_from_a_workers_log_is_its_last_marker():
+    assert jobs.last_marker(b":job_id:01000000\n:task_name:f\nhello\n:job_id:02000000\n") == "02000000"
+    assert jobs.last_marker(b":job_id:02000000\n:job_id:ffffffff\n") == "02000000"
+    assert jobs.last_marker(b"print(':job_id:03000000')\nx:job_id:04000000\n") is None
+    assert jobs.last_marker(b":job_id:zz\n" + os.urandom(100)) is None
+
+
+def test_a_fifo_on_fd_1_never_blocks_and_a_big_log_is_read_from_its_end(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    w = os.open(fifo, os.O_RDWR)
+    p = subprocess.Popen(["sleep", "30"], stdout=w)
+    try:
+        t0 = time.monotonic()
+        assert jobs.Jobs().from_log(p.pid) is None
+        assert time.monotonic() - t0 < 1
+    finally:
+        p.kill()
+        p.wait()
+        os.close(w)
+    log = tmp_path / "worker.out"
+    with open(log, "wb") as f:
+        f.write(b":job_id:01000000\n" + b"x" * (1 << 20) + b"\n:job_id:05000000\n")
+    with open(log, "ab") as f:
+        p = subprocess.Popen(["sleep", "30"], stdout=f)
+    try:
+        assert jobs.Jobs().from_log(p.pid) == "05000000"
+    finally:
+        p.kill()
+        p.wait()
