@@ -83,7 +83,7 @@ class Config:
     ray_aware = True
     stray_cpus = None
     # leftovers of Ray workers and services (reaper/leftovers/)
-    leftovers = None              # keep | report | end | stop; None: report with services or budgets, else keep
+    leftovers = None              # keep | report | end | stop; None: report with services, else keep
     leftover_grace = 5.0
     devices = None                # device globs; None: reaper/leftovers/devices.py's defaults
     # statistics
@@ -425,7 +425,7 @@ OPTIONS = (
            "LIST", _cpus, env=("REAPER_STRAY_CPUS",), section="budget"),
     Option("leftovers", "", "leftovers", "value",
            "keep | report | end | stop: what happens to what a Ray worker or a service leaves running "
-           "when it ends (report with services or budgets, else keep)", "MODE", _choice(LEFTOVER_MODES, "leftovers mode"),
+           "when it ends (report with services, else keep)", "MODE", _choice(LEFTOVER_MODES, "leftovers mode"),
            env=("REAPER_LEFTOVERS",), section="leftovers"),
     Option("leftover-grace", "", "leftover_grace", "value",
            "seconds between a leftover's SIGTERM and its SIGKILL under --leftovers end ({default})",

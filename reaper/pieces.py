@@ -120,11 +120,12 @@ def _enforcer(cfg, log, stats, sup):
 
 
 def _leftovers_mode(cfg) -> str:
-    """--leftovers as given; unset, report where there are services or budgets (the
-    loop has timers anyway), else keep: an idle reaper with nothing asked never wakes."""
+    """--leftovers as given; unset, report where there are services (the loop has
+    timers anyway), else keep: an idle reaper with nothing asked never wakes, and the
+    budgets' cost stays theirs."""
     if cfg.leftovers is not None:
         return cfg.leftovers
-    return "report" if cfg.services_enabled or cfg.budgets_enabled else "keep"
+    return "report" if cfg.services_enabled else "keep"
 
 
 def _leftovers(cfg, log, stats, sup):
