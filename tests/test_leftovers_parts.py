@@ -11,7 +11,7 @@ import time
 import pytest
 
 from reaper.leftovers import devices, jobs
-from reaper.leftovers.devices import Devices, check_glob, match, parse_globs
+from reaper.leftovers.devices import Devices, match, parse_globs
 
 
 @pytest.mark.parametrize("glob, path, hit", [

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, SLOW, alive, importable, require, wait_for, wait_for_file
+from conftest import PYTHON, SLOW, importable, require, wait_for, wait_for_file
 import leftovers_helpers as lh
 
 pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("cpu-heavy")]

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 
+from reaper.text import quoted
+
 DEFAULT_GLOBS = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dri/renderD*", "/dev/neuron*",
                  "/dev/accel/*", "/dev/accel[0-9]*", "/dev/hl[0-9]*")
 MAX_FDS = 4096           # links of one process read at most: a process may hold a million
@@ -37,18 +39,18 @@ def check_glob(text: str) -> str:
     if not g:
         raise ValueError("an empty device glob")
     if not g.startswith("/"):
-        raise ValueError(f"a device glob must be an absolute path, not {g!r}")
+        raise ValueError(f"a device glob must be an absolute path, not {quoted(g)}")
     if len(g) > MAX_GLOB or "\0" in g or not g.isprintable():
-        raise ValueError(f"not a device glob: {g[:40]!r}")
+        raise ValueError(f"not a device glob: {quoted(g)}")
     i = 0
     while i < len(g):
         if g[i] == "[":
             end = _class_end(g, i)
             if end < 0:
-                raise ValueError(f"unclosed [ in device glob {g!r}")
+                raise ValueError(f"unclosed [ in device glob {quoted(g)}")
             i = end
         elif g[i] == "]":
-            raise ValueError(f"a ] without [ in device glob {g!r}")
+            raise ValueError(f"a ] without [ in device glob {quoted(g)}")
         i += 1
     return g
 

@@ -18,7 +18,6 @@ import os
 # _signal: the numbers without the enum module.
 import _signal as signal
 
-from reaper.leftovers.mechanisms import SWEEPS
 from reaper.procctl import Gone, Handle, signal_one
 from reaper.procfs.processes import read_counters, read_stat
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from reaper.budgets.cgroupfs import write
 from reaper.procfs.cgroups import own_dir
 from reaper.procfs.processes import read_cgroup
 
@@ -69,14 +70,8 @@ class Cgroups:
         if ray_managed(handle.pid):
             return False
 
-        def write() -> None:
-            fd = os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY)
-            try:
-                os.write(fd, str(handle.pid).encode())
-            finally:
-                os.close(fd)
         try:
-            handle.checked(write)
+            handle.checked(lambda: write(os.path.join(d, "cgroup.procs"), str(handle.pid)))
         except OSError:
             return False
         return True
@@ -84,15 +79,15 @@ class Cgroups:
     def kill(self, d: str, signal_key) -> None:
         """SIGKILL to every member of d."""
         if self.version == 2:
-            _write(os.path.join(d, "cgroup.kill"), "1")
+            write(os.path.join(d, "cgroup.kill"), "1")
             return
         state = os.path.join(d, "freezer.state")
-        _write(state, "FROZEN")
+        write(state, "FROZEN")
         try:
             for pid in members(d):
                 signal_key(pid)
         finally:
-            _write(state, "THAWED")
+            write(state, "THAWED")
 
     def remove(self, d: str) -> bool:
         try:
@@ -108,14 +103,6 @@ def members(d: str) -> list:
             return [int(x) for x in f.read().split()]
     except (OSError, ValueError):
         return []
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 def choose():
