@@ -5,6 +5,7 @@ reaper, PID 1 of a fresh namespace, ends the rank before the next run starts
 tests/test_leftovers_ray.py's."""
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import time
@@ -53,6 +54,8 @@ def test_end_kills_a_term_ignoring_forker_after_the_grace_without_a_survivor(rea
     assert time.monotonic() - term >= 0.9            # the grace was given
     assert not alive(rank)
     assert not lh.marked(tmp_path, "rank-1"), "a fork of the leftover survived"
+    ns = os.stat(f"/proc/{r.pid}/ns/pid").st_ino
+    assert not glob.glob(f"/sys/fs/cgroup/*/reaper-leftovers.{ns}.*"), "the end's cgroup was left behind"
     err = stop(r)
     line = next(x for x in err.splitlines() if "leftovers of service svc" in x)
     assert "SIGKILL to" in line and "after the grace" in line, line
