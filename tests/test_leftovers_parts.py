@@ -105,3 +105,28 @@ def test_a_fifo_on_fd_1_never_blocks_and_a_big_log_is_read_from_its_end(tmp_path
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_holder_that_does_not_let_go_is_named(tmp_path):
+    """End.release() after an end: a leftover still holding its device is named (here one
+    that is still alive; in life, one stuck in the driver in state D)."""
+    from leftovers_helpers import make_device
+    from reaper.leftovers.ender import End, start_of
+    from reaper.leftovers.owners import SERVICE, Owner
+    from reaper.leftovers.tracker import Ended
+
+    dev = make_device(tmp_path, "nvidia3\nFAKE")
+    code = f"import os,time; a=os.open({str(dev)!r}, os.O_RDWR); print(1, flush=True); time.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        p.stdout.readline()
+        key = (p.pid, start_of(p.pid))
+        end = End(Ended(Owner((1, 1), SERVICE, "svc"), [key]), "end", 5.0,
+                  Devices([str(tmp_path / "nvidia*")]), None, 0.0)
+        said = end.release()
+        assert said.startswith(f"devices NOT released: {p.pid} holds ") and "\n" not in said, said
+        assert end.still_holding() == {str(dev): 1}
+    finally:
+        p.kill()
+        p.wait()
+    assert end.release() == "devices released"

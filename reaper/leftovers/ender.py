@@ -20,6 +20,7 @@ import _signal as signal
 
 from reaper.procctl import Gone, Handle, signal_one
 from reaper.procfs.processes import read_counters, read_stat
+from reaper.text import display
 
 SWEEP_EVERY = 0.1        # seconds between sweeps while an end runs
 VERIFY_FOR = 2.0         # seconds after the SIGKILL an end waits for its leftovers to go
@@ -198,7 +199,7 @@ class End:
             if ds:
                 c = read_counters(*key)
                 d_state = " (in uninterruptible sleep, D: in the driver)" if c is not None and c.state == "D" else ""
-                still.append(f"{key[0]} holds {', '.join(ds)}{d_state}")
+                still.append(f"{key[0]} holds {', '.join(display(d) for d in ds)}{d_state}")
         return "devices released" if not still else "devices NOT released: " + "; ".join(still)
 
     def still_holding(self) -> dict:

@@ -7,6 +7,8 @@ owner kind (ray, service, unknown) and a device path, one of the files the
 """
 from __future__ import annotations
 
+from reaper.text import display
+
 MAX_DEVICES = 64
 
 
@@ -39,7 +41,7 @@ def line(end) -> str:
     held = end.held
     parts = [f"leftovers of {end.owner.describe()}: {n} process{'es' if n != 1 else ''}"]
     if held:
-        parts.append(f"{end.holders()} holding {', '.join(held)}")
+        parts.append(f"{end.holders()} holding {', '.join(display(d) for d in held)}")
     parts.append(f"{size(end.memory)} resident")
     parts.append(end.result)
     rel = end.release() if end.mode == "end" else ""
