@@ -130,3 +130,49 @@ def test_a_holder_that_does_not_let_go_is_named(tmp_path):
         p.kill()
         p.wait()
     assert end.release() == "devices released"
+
+
+def test_a_process_in_a_cgroup_ray_manages_is_never_moved(tmp_path):
+    """Ray's resource isolation (cgroup v2) places its processes itself: a leftover in a
+    ray-node_* cgroup is left where it is (ended by sweeps instead)."""
+    from reaper.leftovers import mechanisms
+    from reaper.procctl import Handle
+    from reaper.procfs.cgroups import own_dir
+
+    found = own_dir("")
+    if found is None or found[0] != 2 or not os.access(found[1], os.W_OK):
+        pytest.skip("no writable cgroup v2 hierarchy here")
+    ray_dir = os.path.join(found[1], f"ray-node_{os.getpid()}_{tmp_path.name}"[:200])
+    os.mkdir(ray_dir)
+    p = subprocess.Popen(["sleep", "30"])
+    ours = None
+    try:
+        with open(os.path.join(ray_dir, "cgroup.procs"), "w") as f:
+            f.write(str(p.pid))
+        assert mechanisms.ray_managed(p.pid)
+        c = mechanisms.Cgroups(2, found[1])
+        ours = c.make()
+        h = Handle(p.pid, mechanisms_start(p.pid))
+        assert c.move(ours, h) is False
+        assert mechanisms.members(ours) == [] and mechanisms.members(ray_dir) == [p.pid]
+    finally:
+        p.kill()
+        p.wait()
+        for d in (ours, ray_dir):
+            if d:
+                wait_rmdir(d)
+
+
+def mechanisms_start(pid: int) -> int:
+    from reaper.leftovers.ender import start_of
+
+    return start_of(pid)
+
+
+def wait_rmdir(d: str) -> None:
+    for _ in range(200):
+        try:
+            os.rmdir(d)
+            return
+        except OSError:
+            time.sleep(0.01)
