@@ -38,7 +38,8 @@ class Leftovers:
         self.tracker = Tracker(os.getpid(), RayProcesses(), Jobs())
         self.cgroups = choose() if self.mode == "end" else None
         mechanism = "SIGSTOP" if self.mode == "stop" else (self.cgroups.name if self.cgroups else SWEEPS)
-        self.pub = publish.Published(self.mode, mechanism)
+        # Kept across a restart of the piece: its counters never go back.
+        self.pub = getattr(stats, "leftovers", None) or publish.Published(self.mode, mechanism)
         stats.leftovers = self.pub
         self.ends: list = []             # running ends
         self.kept: list = []             # reported or stopped ends, while any of theirs lives
