@@ -74,8 +74,8 @@ class Leftovers:
             self._sweep(now)
 
     def close(self) -> None:
-        for end in self.ends:
-            end.close()
+        for end in self.ends + self.kept:
+            end.close()                  # its cgroup, if it is empty by now
         self.ends = []
 
     # --- the services' hooks -------------------------------------------------------------
@@ -155,6 +155,7 @@ class Leftovers:
         holders: dict = {}
         for end in list(self.kept):
             if not end.alive():
+                end.close()              # an end with survivors kept its cgroup: empty now
                 self.kept.remove(end)
                 continue
             if end.held:
