@@ -86,6 +86,7 @@ class Config:
     leftovers = None              # keep | report | end | stop; None: report with services, else keep
     leftover_grace = 5.0
     devices = None                # device globs; None: reaper/leftovers/devices.py's defaults
+    gpu_memory = False            # read leftovers' GPU memory through NVML (reaper/leftovers/gpumem.py)
     # statistics
     metrics_port = None
     metrics_address = "0.0.0.0"
@@ -433,6 +434,9 @@ OPTIONS = (
     Option("devices", "", "devices", "value",
            "device files that count as accelerators, comma-separated globs (default: NVIDIA, AMD, "
            "Neuron, accel)", "GLOB[,GLOB...]", _devices, env=("REAPER_DEVICES",), section="leftovers"),
+    Option("gpu-memory", "", "gpu_memory", "flag",
+           "tell the GPU memory leftovers held and freed, through NVML (pip install 'reaper-init[nvml]')",
+           env=("REAPER_GPU_MEMORY",), section="leftovers"),
     Option("metrics", "", "metrics_port", "value",
            f"serve Prometheus metrics on the default port {DEFAULT_METRICS_PORT}",
            "", lambda _: DEFAULT_METRICS_PORT, env=("REAPER_METRICS",), section="metrics"),

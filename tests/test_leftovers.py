@@ -157,3 +157,12 @@ def test_report_counts_in_the_metrics_and_the_device_holder_stays_counted(reaper
     wait_scrape(port, lambda s: s.value("reaper_leftover_device_holders", device=str(dev)) is None,
                 "the holder gone from the gauge")
     r.kill()
+
+
+def test_gpu_memory_without_nvml_says_why_once_and_the_end_goes_on(reaper, tmp_path):
+    (tmp_path / "pynvml.py").write_text("raise ImportError('no NVML here')\n")     # even on a GPU machine
+    r = reaper(["--leftovers", "end", "--gpu-memory", "--restart-delay", "0.1",
+                "--service", service(tmp_path, 1.5), "--", *MAIN], env={"PYTHONPATH": str(tmp_path)})
+    assert wait_for_file(tmp_path / "run-2.prev", timeout=15) == "gone"
+    err = stop(r)
+    assert err.count("--gpu-memory:") == 1 and "GPU memory is not read" in err, err

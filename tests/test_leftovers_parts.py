@@ -176,3 +176,82 @@ def wait_rmdir(d: str) -> None:
             return
         except OSError:
             time.sleep(0.01)
+
+
+class _FakeNvml:
+    """pynvml as far as gpumem.py uses it: one GPU whose minor number is that of the
+    test's device node (/dev/null's), 8 GiB in use, then 1 GiB once freed."""
+
+    def __init__(self, minor: int, pid: int) -> None:
+        self.minor, self.pid, self.used = minor, pid, 8 << 30
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return "gpu0"
+
+    def nvmlDeviceGetMinorNumber(self, h):
+        return self.minor
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("Mem", (), {"used": self.used})()
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [type("P", (), {"pid": self.pid, "usedGpuMemory": 7 << 30})(),
+                type("P", (), {"pid": 99999999, "usedGpuMemory": None})()]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        return []
+
+
+def test_gpu_memory_before_after_and_the_holders_own_through_nvml(tmp_path, monkeypatch):
+    from leftovers_helpers import make_device
+    from reaper.leftovers import publish
+    from reaper.leftovers.ender import End, start_of
+    from reaper.leftovers.gpumem import Gpus
+    from reaper.leftovers.owners import SERVICE, Owner
+    from reaper.leftovers.tracker import Ended
+
+    dev = make_device(tmp_path)
+    code = f"import os,time; a=os.open({str(dev)!r}, os.O_RDWR); print(1, flush=True); time.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        p.stdout.readline()
+        fake = _FakeNvml(os.minor(os.stat(dev).st_rdev), p.pid)
+        monkeypatch.setitem(sys.modules, "pynvml", fake)
+        gpus = Gpus()
+        end = End(Ended(Owner((1, 1), SERVICE, "svc"), [(p.pid, start_of(p.pid))]), "report", 5.0,
+                  Devices([str(tmp_path / "nvidia*")]), None, 0.0, gpus)
+        fake.used = 1 << 30
+        end.gpu_after()
+        end.begin()
+        line = publish.line(end)
+        assert f"GPU memory on {dev}: 8.0 GiB in use at the owner's end, 1.0 GiB after, " \
+               "the leftovers' own 7.0 GiB" in line, line
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_gpu_memory_without_nvml_is_unavailable_with_its_reason(monkeypatch):
+    from reaper.leftovers.gpumem import Gpus, Unavailable
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)      # import pynvml raises ImportError
+    with pytest.raises(Unavailable, match=r"reaper-init\[nvml\]"):
+        Gpus()
+
+
+@pytest.mark.gpu
+def test_a_real_gpu_maps_to_its_device_node():
+    if not os.path.exists("/dev/nvidiactl"):
+        pytest.skip("needs an NVIDIA GPU (/dev/nvidiactl is absent)")
+    pytest.importorskip("pynvml", reason="needs nvidia-ml-py (pip install 'reaper-init[nvml]')")
+    from reaper.leftovers.gpumem import Gpus
+
+    gpus = Gpus()
+    nodes = [f"/dev/{n}" for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()]
+    assert nodes and all(gpus.handle(n) is not None and gpus.used(n) is not None for n in nodes)

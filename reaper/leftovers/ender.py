@@ -55,7 +55,7 @@ def start_of(pid: int) -> "int | None":
 
 
 class End:
-    def __init__(self, ended, mode: str, grace: float, devices, cgroups, now: float) -> None:
+    def __init__(self, ended, mode: str, grace: float, devices, cgroups, now: float, gpus=None) -> None:
         self.owner = ended.owner
         self.mode = mode
         self.devices = devices
@@ -71,6 +71,18 @@ class End:
         self.result = ""
         for key in ended.keys[:MAX_LEFTOVERS]:
             self._add(key)
+        # --gpu-memory (gpumem.Gpus): device -> [in use at the owner's end, after, the leftovers' own]
+        self.gpus = gpus
+        self.gpu: dict = {}
+        if gpus is not None:
+            for d in self.held:
+                mine = gpus.by_pid(d)
+                self.gpu[d] = [gpus.used(d), None, sum(mine.get(k[0], 0) for k in self.members) or None]
+
+    def gpu_after(self) -> None:
+        """The GPUs' memory in use now, after the end (or the report)."""
+        for d, row in self.gpu.items():
+            row[1] = self.gpus.used(d)
 
     def _add(self, key: tuple) -> bool:
         if key in self.members or len(self.members) >= MAX_LEFTOVERS:

@@ -41,6 +41,9 @@ class Leftovers:
         # Kept across a restart of the piece: its counters never go back.
         self.pub = getattr(stats, "leftovers", None) or publish.Published(self.mode, mechanism)
         stats.leftovers = self.pub
+        self.gpus = self._gpus() if cfg.gpu_memory else None
+        if self.gpus is not None:
+            self.pub.gpu = {}
         self.ends: list = []             # running ends
         self.kept: list = []             # reported or stopped ends, while any of theirs lives
         self.next_sample = 0.0
@@ -119,7 +122,7 @@ class Leftovers:
         self._follow_kept()
 
     def _begin(self, ended, now: float) -> None:
-        end = End(ended, self.mode, self.grace, self.devices, self.cgroups, now)
+        end = End(ended, self.mode, self.grace, self.devices, self.cgroups, now, self.gpus)
         if not end.members:
             return
         end.begin()
@@ -137,7 +140,18 @@ class Leftovers:
                 self._told(end)
         self._sweep_at = now + SWEEP_EVERY
 
+    def _gpus(self):
+        from reaper.leftovers.gpumem import Gpus, Unavailable
+
+        try:
+            return Gpus()
+        except Unavailable as e:
+            self.log.warn(f"--gpu-memory: {e}; GPU memory is not read")
+            return None
+
     def _told(self, end) -> None:
+        if end.gpu:
+            end.gpu_after()
         self.log.event(("leftovers", end.owner.key, end.owner.job), WARN, publish.line(end))
         pub = self.pub
         pub.count(pub.owners, end.owner.kind)
@@ -162,3 +176,12 @@ class Leftovers:
                 for dev, n in end.still_holding().items():
                     holders[dev] = holders.get(dev, 0) + n
         self.pub.holders = holders
+        if self.gpus is not None:
+            gpu: dict = {}
+            for end in self.kept:
+                for dev in end.held:
+                    mine = self.gpus.by_pid(dev)
+                    n = sum(mine.get(k[0], 0) for k in end.alive())
+                    if n:
+                        gpu[dev] = gpu.get(dev, 0) + n
+            self.pub.gpu = gpu

@@ -22,6 +22,7 @@ class Published:
         self.owners = {}             # owner kind -> owners ended with leftovers
         self.holders = {}            # device -> leftovers of ended owners holding it now
         self.tracked = 0             # processes noted below an owner at the last sample
+        self.gpu = None              # device -> GPU bytes leftovers hold now (--gpu-memory), else None
 
     def count(self, table: dict, key: str, n: int = 1) -> None:
         table[key] = table.get(key, 0) + n
@@ -43,6 +44,12 @@ def line(end) -> str:
     if held:
         parts.append(f"{end.holders()} holding {', '.join(display(d) for d in held)}")
     parts.append(f"{size(end.memory)} resident")
+    for dev, (before, after, own) in sorted(end.gpu.items()):
+        said = [f"{size(before)} in use at the owner's end" if before is not None else "",
+                f"{size(after)} after" if after is not None else "",
+                f"the leftovers' own {size(own)}" if own is not None else ""]
+        if any(said):
+            parts.append(f"GPU memory on {display(dev)}: " + ", ".join(x for x in said if x))
     parts.append(end.result)
     rel = end.release() if end.mode == "end" else ""
     if rel:
@@ -72,5 +79,12 @@ def families(pub):
     for dev, n in sorted(pub.holders.items())[:MAX_DEVICES]:
         g.add_metric([dev], n)
     yield g
+    if pub.gpu is not None:
+        m = G("reaper_leftover_gpu_memory_bytes", "GPU memory held by leftovers of ended owners now, by "
+                                                  "device (--gpu-memory; where NVML's pids are reaper's)",
+              labels=["device"])
+        for dev, n in sorted(pub.gpu.items())[:MAX_DEVICES]:
+            m.add_metric([dev], n)
+        yield m
     yield G("reaper_leftovers_tracked", "Processes reaper knows the owner of (below a Ray worker or a "
                                         "service) at its last sample", value=pub.tracked)
