@@ -146,6 +146,11 @@ def ray_driver(out: str) -> None:
             time.sleep(2.5)                 # two samples of reaper's with the ranks below it
             return os.getpid()
 
+        def quick(self, name):
+            # Born and orphaned at once (sh returns before reaper's next sample).
+            subprocess.run(["sh", "-c", "setsid " + " ".join(rank_argv(out, name)) + " &"], check=True)
+            wait_pids(name)
+
     @ray.remote(max_retries=0)
     def doomed():
         subprocess.Popen([me, str(HERE), "agent", out, "task-rank"])
@@ -153,19 +158,18 @@ def ray_driver(out: str) -> None:
         time.sleep(2.5)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    @ray.remote(max_retries=0)
-    def quick(name, die):
-        # Born and orphaned at once (sh returns before reaper's next sample).
+    @ray.remote(max_retries=0, runtime_env={"env_vars": {"REAPER_TEST_POOL": "quick"}})
+    def quick(name):
+        # Born and orphaned at once (sh returns before reaper's next sample), then its worker dies.
         subprocess.run(["sh", "-c", "setsid " + " ".join(rank_argv(out, name)) + " &"], check=True)
         wait_pids(name)
-        if die:
-            os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     _write(os.path.join(out, "job"), ray.get_runtime_context().get_job_id())
-    ray.get(quick.remote("quick-live", False))
     subprocess.Popen(rank_argv(out, "daemon"), start_new_session=True)     # the main child's: nobody's leftover
     keeper = Holder.remote()
     ray.get(keeper.run.remote(["live-rank"]))
+    ray.get(keeper.quick.remote("quick-live"))          # its actor lives on: left alone
     device = Path(out, "nvidia0")
     holder = Holder.remote()
     ray.get(holder.run.remote([f"gpu-rank:device={device}", "stubborn-rank:ignore-term", "timeout-rank:timeout"]))
@@ -176,7 +180,7 @@ def ray_driver(out: str) -> None:
     except ray.exceptions.WorkerCrashedError:
         _write(os.path.join(out, "task-killed"), f"{time.monotonic()}\n")
     try:
-        ray.get(quick.remote("quick-dead", True))
+        ray.get(quick.remote("quick-dead"))
     except ray.exceptions.WorkerCrashedError:
         _write(os.path.join(out, "quick-killed"), f"{time.monotonic()}\n")
     while not Path(out, "exit").exists():

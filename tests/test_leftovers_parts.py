@@ -255,3 +255,57 @@ def test_a_real_gpu_maps_to_its_device_node():
     gpus = Gpus()
     nodes = [f"/dev/{n}" for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit()]
     assert nodes and all(gpus.handle(n) is not None and gpus.used(n) is not None for n in nodes)
+
+
+HARNESS = r"""
+import ctypes, json, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)            # PR_SET_CHILD_SUBREAPER: orphans come here
+from reaper.leftovers.jobs import Jobs
+from reaper.leftovers.tracker import Tracker
+
+class NotRay:
+    def kind(self, pid, start):
+        return None
+
+def orphan(job):
+    # A double fork: the subshell exits, sleep is adopted by this process at once.
+    sh = subprocess.Popen(["sh", "-c", f"(RAY_JOB_ID={job} exec sleep 30 &)"], stdout=subprocess.DEVNULL)
+    sh.wait()
+    while True:
+        kids = open(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read().split()
+        mine = [int(k) for k in kids if open(f"/proc/{k}/comm").read().strip() == "sleep" and int(k) not in seen]
+        if mine:
+            seen.extend(mine)
+            return mine[0]
+        time.sleep(0.01)
+
+seen = []
+t = Tracker(os.getpid(), NotRay(), Jobs())
+svc = subprocess.Popen(["sh", "-c", "read x"], stdin=subprocess.PIPE)
+t.sample(time.monotonic(), {svc.pid: "svc"}, {svc.pid})         # the owner, nothing below it yet
+svc.stdin.close(); svc.wait()                                    # it ends...
+a = orphan("02000000")                                           # ...and one is born and orphaned at once
+b = orphan("ffffffff")
+ended = t.sample(time.monotonic(), {}, set())
+out = {"ended": [[e.owner.describe(), sorted(k[0] for k in e.keys)] for e in ended], "a": a, "b": b}
+c = orphan("03000000")                                           # no owner ends in this window
+out["quiet"] = [e.owner.describe() for e in t.sample(time.monotonic(), {}, set())]
+for p in (a, b, c):
+    os.kill(p, 9)
+print(json.dumps(out))
+"""
+
+
+def test_born_and_orphaned_between_two_samples_is_an_unknown_owners_in_its_job():
+    """When an owner ended in the same window, a new orphan with Ray's RAY_JOB_ID (and no
+    worker's log as stdout) is a leftover of an unknown owner in that job; the null id
+    is "unknown job", never ffffffff; with no owner ended, a new orphan is nobody's."""
+    import json
+
+    p = subprocess.run([sys.executable, "-c", HARNESS], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    said = dict((who, pids) for who, pids in out["ended"])
+    assert said == {"an unknown owner (job 02000000)": [out["a"]], "an unknown owner (unknown job)": [out["b"]]}, out
+    assert out["quiet"] == [], out

@@ -97,6 +97,13 @@ class Jobs:
             job = self.from_log(pid)
         return ray, job
 
+    def stdout(self, pid: int) -> str:
+        """Where pid's stdout points (a readlink: nothing of the target is touched); "" if unknown."""
+        try:
+            return os.readlink(f"{self.proc}/{pid}/fd/1")
+        except OSError:
+            return ""
+
     def from_log(self, pid: int) -> "str | None":
         try:
             return last_marker(self.files.run(_log_tail, f"{self.proc}/{pid}/fd/1"))

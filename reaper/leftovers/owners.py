@@ -20,7 +20,7 @@ TITLE_MAX = 120
 
 
 class Owner:
-    __slots__ = ("key", "kind", "name", "job", "comm")
+    __slots__ = ("key", "kind", "name", "job", "comm", "job_comm")
 
     def __init__(self, key: tuple, kind: str, name: str = "", job=None) -> None:
         self.key = key           # (pid, start)
@@ -28,17 +28,25 @@ class Owner:
         self.name = name         # Ray's title (ray::Holder.run), the service's name
         self.job = job           # the Ray job id, None where unknown
         self.comm = None         # the name last seen: the title is read again when it changes
+        self.job_comm = None     # the name it had when its job was read
 
-    def noted(self, comm: str, jobs) -> None:
-        """A Ray worker with descendants: its title and job, read again when its name
-        changes (Ray renames a worker for each task; ray::IDLE between them)."""
-        if self.kind != RAY or comm == self.comm:
+    def noted(self, comm: str) -> None:
+        """A Ray worker's title, read again when its name changes (Ray renames a worker
+        for each task; ray::IDLE between them)."""
+        if comm == self.comm:
             return
         self.comm = comm
         title = display(read_cmdline(self.key[0]))[:TITLE_MAX]
-        # An actor between calls is titled ray::Holder: its last call's title (ray::Holder.run) says more.
-        if title and title != "ray::IDLE" and not self.name.startswith(title + "."):
+        # Ray's titles only (not the argv it starts with); an actor between calls is titled
+        # ray::Holder: its last call's title (ray::Holder.run) says more.
+        if title.startswith("ray::") and title != "ray::IDLE" and not self.name.startswith(title + "."):
             self.name = title
+
+    def job_of(self, comm: str, jobs) -> None:
+        """Its job, read (environment, log) once per name it has while it has descendants."""
+        if comm == self.job_comm:
+            return
+        self.job_comm = comm
         _, job = jobs.of(self.key[0])
         if job is not None:
             self.job = job
