@@ -16,8 +16,9 @@ a leftover of an unknown owner in its job (reaper/leftovers/jobs.py). One
 without the variable is nobody's (the main child's double-forked daemon): never
 a leftover; so is one orphaned while every owner lives.
 
-Costs: one dict entry per process below an owner; the owners' titles and jobs are
-read only when an owner with descendants changes its name.
+Costs: one dict entry per process below an owner; each Ray worker's name (one
+small read) per sample, its title when that changes, its job only when it has
+descendants and changed its name; a new orphan's environment once.
 """
 from __future__ import annotations
 
