@@ -163,6 +163,7 @@ def ray_driver(out: str) -> None:
         # Born and orphaned at once (sh returns before reaper's next sample), then its worker dies.
         subprocess.run(["sh", "-c", "setsid " + " ".join(rank_argv(out, name)) + " &"], check=True)
         wait_pids(name)
+        time.sleep(1.5)                     # a sample sees the worker's title (never the rank below it)
         os.kill(os.getpid(), signal.SIGKILL)
 
     _write(os.path.join(out, "job"), ray.get_runtime_context().get_job_id())
