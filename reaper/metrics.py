@@ -486,7 +486,7 @@ class ReaperCollector:
         s, available = self.x.stats, {}
         for section in (self._identity, self._main_child, self._services, self._reaping, self._signals, self._drain,
                         self._errors, self._scope_metrics, self._budget, self._self_usage, self._node_cpu,
-                        self._node_cgroups, self._cgroup_pids):
+                        self._node_cgroups, self._cgroup_pids, self._leftovers):
             yield from self._run(section, s, available)
         g = GaugeMetricFamily("reaper_source_available",
                               "1 if reaper could read the source for this scrape; the metrics of a source "
@@ -606,6 +606,12 @@ class ReaperCollector:
                 since.add_metric([svc.name], svc.started_at)
             floods.add_metric([svc.name], svc.ready_floods)
         yield from (up, ready, starts, failed, state, code, since, floods)
+
+    def _leftovers(self, s, available):
+        """What ended Ray workers and services left running (reaper/leftovers/publish.py)."""
+        from reaper.leftovers.publish import families
+
+        yield from families(getattr(s, "leftovers", None))
 
     def _reaping(self, s, available):
         from prometheus_client.core import CounterMetricFamily as C, HistogramMetricFamily

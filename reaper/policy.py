@@ -5,7 +5,7 @@ it off with one ERROR line, counted in reaper_policy_errors_total, and reaper go
 without it. A failure is not an off switch a process could pull (a stray that makes
 the budgets fail must not end them for the rest of the run): the piece starts again
 after a backoff (RESTART_FIRST doubling to RESTART_MAX), counted in
-reaper_policy_restarts_total. That is the statistics and the budgets (RESTARTED).
+reaper_policy_restarts_total. That is the statistics, the budgets and the leftovers (RESTARTED).
 The others stay off: hygiene, title and oom run once; the services cannot be
 rebuilt (a new runner would start every service twice; those up are still reaped
 and drained), nor the exporter (its port and threads; its sampler restarts its own
@@ -40,9 +40,10 @@ TITLE = "title"             # reaper's process title
 OOM = "oom"                 # reaper's own oom_score_adj
 METRICS = "metrics"         # the Prometheus exporter (reaper/metrics.py)
 BUDGETS = "budgets"         # budgets for strays (reaper/budgets/)
+LEFTOVERS = "leftovers"     # what ended Ray workers and services left running (reaper/leftovers/)
 SUMMARY = "summary"         # the exit summary (reaper/summary.py)
 
-RESTARTED = frozenset((STATISTICS, BUDGETS))   # started again after a failure; the others stay off
+RESTARTED = frozenset((STATISTICS, BUDGETS, LEFTOVERS))   # started again after a failure; the others stay off
 RESTART_FIRST = 1.0         # seconds from a failure to the piece's first restart
 RESTART_MAX = 300.0         # the backoff's ceiling; a piece that ran this long starts over at RESTART_FIRST
 
