@@ -17,6 +17,12 @@ whatever the others do:
 - TCP_DEFER_ACCEPT: the kernel keeps a connection that has sent nothing for
   DEFER_ACCEPT seconds before handing it over, so idle ones cost nothing meanwhile.
 - One request per connection (``Connection: close``); GET and HEAD only.
+- CPU: the server's own work (accepting, reading, answering: not the app's, whose
+  collections the exporter's routes bound) is kept under CPU_SHARE of a core, measured
+  as the thread's CPU time: past a burst of CPU_BURST, the loop pauses until it is
+  back under the share, and the kernel's backlog holds the connects meanwhile. A flood
+  of clients asking as fast as they can is served more slowly, never with more of
+  PID 1's CPU.
 
 Nothing is written to stderr per request: faults are logged at debug level,
 and a fault of the loop itself once.
@@ -27,6 +33,7 @@ import errno
 import http.client
 import io
 import resource
+import select
 import selectors
 import socket
 import struct
@@ -46,6 +53,8 @@ ACCEPT_BATCH = 64           # accepts per pass, so that a flood of connects cann
 ACCEPT_PAUSE = 0.1          # seconds without accepting when descriptors run out and none can be freed
 RECV_SIZE = 65536
 DISCARD_LIMIT = 65536       # unread input read away before a close (else close() sends RST)
+CPU_SHARE = 0.02            # of a core, on average, for the server's own work (the app's excluded)
+CPU_BURST = 0.05            # CPU seconds it may use at once above that before it pauses
 METHODS = ("GET", "HEAD")
 _RST = struct.pack("ii", 1, 0)      # SO_LINGER on, 0 s: close() resets, no TIME_WAIT
 
@@ -92,6 +101,10 @@ class Server:
         self._stopping = False
         self._faulted = False
         self._resume_at: float | None = None        # accepting paused until then
+        self._credit = CPU_BURST                    # CPU seconds the server may still use now
+        self._at = time.monotonic()                 # when the credit was counted
+        self._cpu = 0.0                             # the thread's CPU time then, the app's excluded
+        self._app_cpu = 0.0                         # the thread's CPU time spent in the app
         self.selector = self._wake_r = self._wake_w = None
         try:
             listener.setblocking(False)
@@ -128,10 +141,12 @@ class Server:
     # --- the loop ---
 
     def run(self) -> None:
+        self._at, self._cpu = time.monotonic(), time.thread_time()
         try:
             while not self._stopping:
                 try:
                     self._step()
+                    self._within_share()
                 except Exception as e:        # a bug: said once, and no hot spin
                     if not self._faulted and not self._stopping:
                         self._faulted = True
@@ -153,6 +168,15 @@ class Server:
         if self._resume_at is not None and now >= self._resume_at:
             self._resume_at = None
             self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+
+    def _within_share(self) -> None:
+        """Pauses the loop while the server's own CPU time is past its share (CPU_SHARE
+        of a core, after a burst of CPU_BURST); stop() still wakes it."""
+        now, cpu = time.monotonic(), time.thread_time() - self._app_cpu
+        self._credit = min(CPU_BURST, self._credit + (now - self._at) * CPU_SHARE) - (cpu - self._cpu)
+        self._at, self._cpu = now, cpu
+        if self._credit < 0 and not self._stopping:
+            select.select([self._wake_r], [], [], -self._credit / CPU_SHARE)
 
     def _timeout(self, now: float):
         due = [d for d in (self._resume_at,
@@ -256,11 +280,14 @@ class Server:
             return text(400, "bad request\n")
         if request.method not in METHODS:
             return text(405, "method not allowed\n", ("Allow", ", ".join(METHODS)))
+        started = time.thread_time()
         try:
             return self.app(request)
         except Exception as e:
             self.log.debug(f"metrics: error answering {request.method} {request.path}: {e!r}")
             return text(500, "internal error\n")
+        finally:
+            self._app_cpu += time.thread_time() - started
 
     def _answer(self, conn: _Conn, response: Response, head_only: bool) -> None:
         self.reading.pop(conn.sock, None)

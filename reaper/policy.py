@@ -22,7 +22,7 @@ STATISTICS = "statistics"   # the counters the metrics and the summary read (rea
 HYGIENE = "hygiene"         # cwd /, inherited fds closed after the spawn
 TITLE = "title"             # reaper's process title
 OOM = "oom"                 # reaper's own oom_score_adj
-METRICS = "metrics"         # the Prometheus exporter (reaper/metrics.py)
+METRICS = "metrics"         # the Prometheus exporter (reaper/metrics/)
 BUDGETS = "budgets"         # budgets for strays (reaper/budgets/)
 SUMMARY = "summary"         # the exit summary (reaper/summary.py)
 
@@ -36,9 +36,10 @@ class Policy:
     switched off (closed, so that, e.g., stopped strays are resumed) and, unless it
     is one of RESTARTED, started afresh after its backoff."""
 
-    def __init__(self, log, stats) -> None:
+    def __init__(self, log, stats, restarted: frozenset = RESTARTED) -> None:
         self.log = log
-        self.stats = stats               # may be None until the boundary has made it
+        self.stats = stats               # may be None until the boundary has made it (None: not counted)
+        self.restarted = restarted       # the pieces started again after a failure (the exporter's sampler has its own)
         self.plugins: list = []          # (piece, plugin): next_deadline(), tick(now), close()
         self.off: dict = {}              # piece -> when it starts again (None: not before reaper ends)
         self._factories: dict = {}       # piece -> (factory, abort) of a periodic piece
@@ -85,7 +86,7 @@ class Policy:
             self._failures[piece] = 0            # it ran well for long: a fresh backoff
         n = self._failures[piece] = self._failures.get(piece, 0) + 1
         again = None
-        if piece in RESTARTED and not self._closed:
+        if piece in self.restarted and not self._closed:
             again = now + min(RESTART_MAX, RESTART_FIRST * 2 ** (n - 1))
         self.off[piece] = again
         if self.stats is not None:
