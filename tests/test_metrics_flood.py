@@ -1,6 +1,6 @@
 """A scrape flood (issue 33, point 10): clients asking /metrics as fast as they can
 cost reaper, PID 1, at most 5 % of a core (one collection answers every asker for
-routes.SCRAPE_CACHE; the HTTP server keeps its own work under httpserver.CPU_SHARE),
+routes.SCRAPE_CACHE; the HTTP server holds answers past httpserver.ANSWER_SHARE),
 and a scrape more than SCRAPE_CACHE after another sees fresh figures."""
 import os
 import signal

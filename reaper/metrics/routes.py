@@ -5,7 +5,7 @@ One collection answers every asker for SCRAPE_CACHE seconds, each format and
 encoding made from it once: a scrape flood (any number of clients asking as fast as
 they can) costs PID 1 at most one collection a second, and a Prometheus at its interval still gets figures at most
 SCRAPE_CACHE old. What the flood costs beyond that (accepting, reading, writing) is
-bounded by the server (httpserver.CPU_SHARE).
+bounded by the server (httpserver.ANSWER_SHARE).
 """
 from __future__ import annotations
 

@@ -35,8 +35,9 @@ class Part:
         return self.due
 
     def tick(self, now: float) -> None:
+        started = time.monotonic()          # not the policy's now: the parts before this one took time
         after = self.run()
-        self.due = None if after is Part.DONE else now + (self.interval if after is None else after)
+        self.due = None if after is Part.DONE else started + (self.interval if after is None else after)
 
     def close(self) -> None:
         if self._close is not None:
