@@ -1,5 +1,5 @@
 """What reaper counts. Plain Python numbers, updated by the loop without locks
-or imports; the exporter reads them at scrape time (reaper/metrics.py)."""
+or imports; the exporter reads them at scrape time (reaper/metrics/)."""
 from __future__ import annotations
 
 import os
