@@ -12,7 +12,6 @@ def collect(r, available):
     # The budget kinds' registry, names only (it imports nothing): the reasons are the
     # kinds', kept beside them; the one piece-to-piece import besides services'.
     from reaper.budgets.kinds import ANY, REASONS
-    from reaper.stats import TOP_STRAYS
 
     b = r.stats.budget
     yield C(N.STRAY_CPU_SECONDS, "CPU used by stray processes while reaper watched them", value=b.stray_cpu_seconds)
@@ -47,6 +46,15 @@ def collect(r, available):
                          "how memory budgets are held", labels=["mechanism", "memory_mechanism"])
     g.add_metric([b.mechanism or "none", b.memory_mechanism or "none"], 1)
     yield g
+    yield from _strays(b)
+
+
+def _strays(b):
+    """The strays the budgets name: the busiest, and those holding most memory."""
+    from prometheus_client.core import GaugeMetricFamily as G
+
+    from reaper.stats import TOP_STRAYS
+
     strays = list(b.stray_list)
     for metric, doc, field in (
             (N.STRAY_CPU_CORES, f"CPU cores used by the {TOP_STRAYS} busiest strays (comm, never the "
