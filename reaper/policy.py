@@ -38,7 +38,7 @@ STATISTICS = "statistics"   # the counters the metrics and the summary read (rea
 HYGIENE = "hygiene"         # cwd /, inherited fds closed after the spawn
 TITLE = "title"             # reaper's process title
 OOM = "oom"                 # reaper's own oom_score_adj
-METRICS = "metrics"         # the Prometheus exporter (reaper/metrics.py)
+METRICS = "metrics"         # the Prometheus exporter (reaper/metrics/)
 BUDGETS = "budgets"         # budgets for strays (reaper/budgets/)
 LEFTOVERS = "leftovers"     # what ended Ray workers and services left running (reaper/leftovers/)
 SUMMARY = "summary"         # the exit summary (reaper/summary.py)
@@ -53,10 +53,11 @@ class Policy:
     switched off (closed, so that, e.g., stopped strays are resumed) and, unless it
     is one of RESTARTED, started afresh after its backoff."""
 
-    def __init__(self, log, stats) -> None:
+    def __init__(self, log, stats, restarted: frozenset = RESTARTED) -> None:
         self.log = log
-        self.stats = stats               # may be None until the boundary has made it
-        self.plugins: list = []          # (piece, Plugin)
+        self.stats = stats               # may be None until the boundary has made it (None: not counted)
+        self.restarted = restarted       # the pieces started again after a failure (the exporter's sampler has its own)
+        self.plugins: list = []          # (piece, Plugin): next_deadline(), tick(now), close()
         self.off: dict = {}              # piece -> when it starts again (None: not before reaper ends)
         self._factories: dict = {}       # piece -> (factory, abort) of a periodic piece
         self._backoff: dict = {}         # piece -> its restart Backoff
@@ -103,7 +104,7 @@ class Policy:
             backoff = self._backoff[piece] = Backoff(RESTART_FIRST, RESTART_MAX)
         wait = backoff.next(now - self._since.get(piece, now))
         again = None
-        if piece in RESTARTED and not self._closed:
+        if piece in self.restarted and not self._closed:
             again = now + wait
         self.off[piece] = again
         if self.stats is not None:

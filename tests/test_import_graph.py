@@ -71,11 +71,28 @@ def _imported(module: str, is_package: bool, node) -> list:
     """The names an Import or ImportFrom node imports (a module, or a name in one)."""
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
+    return [_base(module, is_package, node)] + [f"{_base(module, is_package, node)}.{a.name}" for a in node.names]
+
+
+def _base(module: str, is_package: bool, node) -> str:
     base = node.module or ""
     if node.level:                     # relative: from . import x, from ..y import z
         parent = module.split(".")[:len(module.split(".")) - node.level + (1 if is_package else 0)]
         base = ".".join(parent + ([node.module] if node.module else []))
-    return [base] + [f"{base}.{a.name}" for a in node.names]
+    return base
+
+
+def _takes_from_package(module: str, is_package: bool, node, modules: dict) -> "str | None":
+    """The package whose own code (its __init__) `from PACKAGE import name` takes a name
+    of, when PACKAGE is one of module's: a real edge to it (from reaper.commands import
+    answered, in reaper.commands.stats), unlike the load of a module's own packages."""
+    if not isinstance(node, ast.ImportFrom):
+        return None
+    base = _base(module, is_package, node)
+    if base in modules and module.startswith(base + ".") and \
+            any(f"{base}.{a.name}" not in modules for a in node.names):
+        return base
+    return None
 
 
 def import_graph() -> dict:
@@ -88,6 +105,9 @@ def import_graph() -> dict:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
+            package = _takes_from_package(name, path.name == "__init__.py", node, modules)
+            if package is not None:
+                edges.add(package)
             for target in _imported(name, path.name == "__init__.py", node):
                 parts = target.split(".")
                 for i in range(1, len(parts) + 1):     # reaper.a.b runs reaper/a/__init__ first
@@ -138,6 +158,12 @@ def test_the_graph_sees_module_and_function_level_imports():
     assert "reaper.boundary" in graph["reaper.cli"]               # in a function, after the spawn
     assert {"reaper.commands", "reaper.commands.watch"} <= graph["reaper.cli"] | graph["reaper.commands"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+    # A name taken from a package's own code is an edge to it; a submodule of it is not.
+    assert "reaper.metrics" not in graph["reaper.metrics.sections.budget"]
+    tree = ast.parse("from reaper.metrics import names\nfrom reaper.metrics import prepare\n")
+    modules = _modules()
+    got = [_takes_from_package("reaper.metrics.client", False, n, modules) for n in tree.body]
+    assert got == [None, "reaper.metrics"]
 
 
 def test_no_import_cycles():
@@ -194,6 +220,25 @@ def loaded_before_exec(tmp_path, argv: list, env: "dict | None" = None) -> set:
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and out.exists(), f"the launcher did not reach the spawn: {p.stderr}"
     return set(out.read_text().split())
+
+
+# --metrics: the port is bound before the spawn (a bad one fails before the child starts):
+# the exporter's binding (reaper.metrics) and the Exporter it returns (reaper.metrics.exporter,
+# which imports nothing the binding did not), the log for its one WARN line, and Stats.
+WITH_METRICS = WITH_SIGNALS | {"reaper.log", "reaper.stats", "reaper.values", "reaper.metrics",
+                               "reaper.metrics.exporter"}
+
+
+def test_the_modules_loaded_before_the_childs_exec_with_metrics_are_pinned(tmp_path):
+    """What --metrics loads of reaper before the exec: the binding, not the exporter's
+    routes, sections, sampler, HTTP server or prometheus_client (imported after the spawn)."""
+    from conftest import free_port
+
+    loaded = loaded_before_exec(tmp_path, ["--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1",
+                                           "--", "true"])
+    ours = {m for m in loaded if m.split(".")[0] in ("reaper", "_cffi_backend")}
+    assert ours == WITH_METRICS, f"new {sorted(ours - WITH_METRICS)}, gone {sorted(WITH_METRICS - ours)}"
+    assert not loaded & {"prometheus_client", "reaper.httpserver", "typing", "psutil"}
 
 
 @pytest.mark.parametrize("argv,env,expected", [

@@ -8,7 +8,7 @@
     devices.py     the --devices globs and who holds a matching device open
     ender.py       one owner's end: report, stop, or SIGTERM then SIGKILL, the release check
     mechanisms.py  how no fork escapes the SIGKILL: cgroup.kill, the freezer, sweeps
-    publish.py     the log line and the metric families
+    publish.py     the log line and the numbers the metrics section reads
     gpumem.py      --gpu-memory: GPU memory through NVML (the optional nvml extra)
 
 Nothing here is imported unless the piece starts (--leftovers other than keep, or

@@ -1,15 +1,11 @@
 """What the leftovers piece tells: the one log line per ended owner, and its
-numbers for the metrics (reaper/metrics.py calls families() at each scrape).
-
-Metric labels are bounded: an action (reported, terminated, killed, stopped), an
-owner kind (ray, service, unknown) and a device path, one of the files the
---devices globs match (at most MAX_DEVICES of them); never a pid or a job id.
+numbers (Published, in Stats.leftovers) for the metrics' section
+(reaper/metrics/sections/leftovers.py), whose labels are bounded: never a pid or a
+job id.
 """
 from __future__ import annotations
 
 from reaper.text import display
-
-MAX_DEVICES = 64
 
 
 class Published:
@@ -56,35 +52,3 @@ def line(end) -> str:
         parts.append(rel)
     return "; ".join(parts)
 
-
-def families(pub):
-    """The leftovers' metric families (prometheus_client's), for the exporter."""
-    from prometheus_client.core import CounterMetricFamily as C, GaugeMetricFamily as G
-
-    if pub is None:
-        return
-    c = C("reaper_leftovers", "Processes left behind by an owner that ended (a Ray worker, a service), "
-                              "by what was done to them (--leftovers)", labels=["action"])
-    for action in ("reported", "terminated", "killed", "stopped"):
-        c.add_metric([action], pub.leftovers.get(action, 0))
-    yield c
-    o = C("reaper_leftover_owners_ended", "Owners that ended leaving processes behind, by kind "
-                                          "(ray, service, unknown: orphaned before reaper saw their owner)",
-          labels=["kind"])
-    for kind in ("ray", "service", "unknown"):
-        o.add_metric([kind], pub.owners.get(kind, 0))
-    yield o
-    g = G("reaper_leftover_device_holders", "Leftovers of ended owners holding the device open now",
-          labels=["device"])
-    for dev, n in sorted(pub.holders.items())[:MAX_DEVICES]:
-        g.add_metric([dev], n)
-    yield g
-    if pub.gpu is not None:
-        m = G("reaper_leftover_gpu_memory_bytes", "GPU memory held by leftovers of ended owners now, by "
-                                                  "device (--gpu-memory; where NVML's pids are reaper's)",
-              labels=["device"])
-        for dev, n in sorted(pub.gpu.items())[:MAX_DEVICES]:
-            m.add_metric([dev], n)
-        yield m
-    yield G("reaper_leftovers_tracked", "Processes reaper knows the owner of (below a Ray worker or a "
-                                        "service) at its last sample", value=pub.tracked)

@@ -11,8 +11,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from reaper.commands import stats
+from reaper.commands import figures
 from reaper.commands.top import model
+from reaper.metrics.client import known, on
 from reaper.text import display
 
 
@@ -21,7 +22,7 @@ def _t(text, style: str = "") -> Text:
 
 
 def _size(n) -> str:
-    return "-" if n is None else "?" if not stats._known(n) else f"{n / 2**20:.0f}M"
+    return "-" if n is None else "?" if not known(n) else f"{n / 2**20:.0f}M"
 
 
 def render(frame: model.Frame, width: int, height: int, sort: str):
@@ -39,12 +40,12 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
         parts.append(_t(f"processes   {frame.counts}"))
     z = f"zombies     {frame.zombies}"
     if frame.parents:
-        z += ", by parent: " + ", ".join(f"{name}[{pid}] {stats._n(n)}" for name, pid, n in frame.parents)
+        z += ", by parent: " + ", ".join(f"{name}[{pid}] {figures.n(n)}" for name, pid, n in frame.parents)
     parts.append(_t(z))
     for i, (name, state, starts, up) in enumerate(frame.services):
-        restarts = starts - 1 if stats._known(starts) and starts >= 1 else None
+        restarts = starts - 1 if known(starts) and starts >= 1 else None
         parts.append(_t(f"{'services' if i == 0 else '':<12}{name}: {state}, up {up}, "
-                        f"restarts {stats._n(restarts)}"))
+                        f"restarts {figures.n(restarts)}"))
     if frame.node:                          # the node's cores are its subject: every line left
         parts += [_t(line) for line in _cores(frame.cores, width, max(height - len(parts) - 1, 2))]
         parts.append(_t("q quit", "dim"))
@@ -60,8 +61,8 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
     shown = frame.strays[:max(room, 0)]
     for d in shown:
         table.add_row(_t(d["pid"]), _t(d["name"]), _t(d.get("reason") or "?"), _t(d.get("action") or "-"),
-                      _t("-" if d.get("cpu") is None else stats._fmt(d["cpu"], ".2f")), _t(_size(d.get("memory"))),
-                      _t("-" if d.get("age") is None else stats._dur(d["age"])))
+                      _t("-" if d.get("cpu") is None else figures.fmt(d["cpu"], ".2f")), _t(_size(d.get("memory"))),
+                      _t("-" if d.get("age") is None else figures.dur(d["age"])))
     title = f"strays {len(frame.strays)}" + (f" ({len(shown)} shown)" if len(shown) < len(frame.strays) else "")
     parts += [_t(f"{title}, sorted by {sort}" + ("" if frame.local else "; ages: run in reaper's PID namespace"),
                  "bold"), table]
@@ -76,13 +77,13 @@ def _cores(cores: list, width: int, lines: int = 2) -> list:
     for cpu, busy, total, streak, longest in cores:
         cell = f"cpu{cpu}"
         if busy is not None:
-            cell += f" {stats._fmt(busy, '.0%')}"
-        if total is not None and stats._on(total):
-            cell += f" sat {stats._dur(total)}"
+            cell += f" {figures.fmt(busy, '.0%')}"
+        if total is not None and on(total):
+            cell += f" sat {figures.dur(total)}"
         if streak is not None:
-            cell += f" streak {stats._dur(streak)}"
+            cell += f" streak {figures.dur(streak)}"
         if longest is not None:
-            cell += f" max {stats._dur(longest)}"
+            cell += f" max {figures.dur(longest)}"
         cells.append(cell)
     out, line, shown = [], "cores      ", 0
     for cell in cells:

@@ -1,0 +1,123 @@
+"""How reaper stats and reaper top show the figures of a page (a
+reaper.metrics.client.View): numbers, durations, lists, and the rows both show
+(role, lifetime, processes). Unknown numbers (NaN, ±Inf) show as "?", absent ones as "-".
+"""
+import math
+import time
+
+from reaper.metrics import names as N
+from reaper.metrics.client import known, on
+
+
+def fmt(v, spec: str) -> str:
+    return format(v, spec) if known(v) else "?"
+
+
+def n(v) -> str:
+    if v is None:
+        return "-"
+    if not math.isfinite(v):
+        return "?"
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e15 else f"{v:.3g}"
+
+
+def dur(secs: float) -> str:
+    if not known(secs) or secs < 0:        # a start time in the future: not an uptime
+        return "?"
+    secs = int(secs)
+    h, rem = divmod(secs, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def seconds(v: float) -> str:
+    if not known(v):
+        return "?"
+    if v == 0:
+        return "0s"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if v >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v * 1e6:.3g}µs"
+
+
+def pairs(d: dict, show=n) -> str:
+    items = [(k, v) for k, v in sorted(d.items()) if v]
+    return ", ".join(f"{k} {show(v)}" for k, v in items) if items else "none"
+
+
+def bound(le) -> str:
+    return "+Inf" if le == math.inf else seconds(le)
+
+
+def quantile(buckets: dict, q: float):
+    """Upper bound of the bucket holding quantile q of a cumulative histogram; None
+    when unknown (a count that is not a number, a bound that is not one)."""
+    bounds = []
+    for le, count in buckets.items():
+        try:
+            b = float(le)
+        except ValueError:
+            return None
+        if math.isnan(b) or not known(count):
+            return None
+        bounds.append((b, count))
+    bounds.sort()
+    if not bounds or bounds[-1][1] == 0:
+        return None
+    target = q * bounds[-1][1]
+    for le, count in bounds:
+        if count >= target:
+            return le
+    return bounds[-1][0]
+
+
+def role(v) -> str:
+    """init: PID 1 of its namespace; subreaper: reaper not PID 1; watch: the sidecar; node."""
+    mode = v.info("mode")
+    pid = v.get(N.PID)
+    if mode in ("watch", "node"):
+        return mode
+    return "init" if pid == 1 else "subreaper" if known(pid) else "?"
+
+
+def lifetime(v, ended: "float | None" = None, now: "float | None" = None) -> str:
+    """"up 3m02s" while it runs; a finished run (phase done, its file written at ended):
+    "ran 3m02s, ended 2026-12-02 01:02:03 UTC (11m ago)"."""
+    now = time.time() if now is None else now
+    start = v.get(N.START_TIME_SECONDS)
+    if v.current(N.PHASE, "phase") == "done" and ended is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ended))
+        return f"ran {dur(ended - start) if start else '?'}, ended {when} ({dur(now - ended)} ago)"
+    return f"up {dur(now - start) if start else '?'}"
+
+
+def head(v, now: "float | None" = None, ended: "float | None" = None) -> str:
+    """The first line: version, role, pid, lifetime, phase."""
+    phase = v.current(N.PHASE, "phase")
+    return (f"reaper {v.info('version')} ({role(v)}), pid {n(v.get(N.PID))}, {lifetime(v, ended, now)}"
+            + (f", phase {phase}" if phase else ""))
+
+
+def processes(v) -> str:
+    """One snapshot: the process table's counts (all = main tree + others), then the
+    budgets' strays, which come from their own last sample."""
+    procs = v.by(N.PROCESSES, "class")
+    if not procs:
+        return "-"
+    every, tree = procs.get("all"), procs.get("main_tree")
+    if tree is None:
+        text = f"{n(every)} live"
+    else:
+        others = every - tree if known(every) and known(tree) else None
+        text = f"{n(every)} live: main tree {n(tree)}, others {n(others)}"
+    if v.rows(N.BUDGET_INFO):
+        text += f"; strays {n(procs.get('stray'))} (the budgets' last sample)"
+    elif tree is None and procs.get("stray") is not None:
+        text += f"; strays {n(procs.get('stray'))}"
+    return text
+
+
+def services(v) -> list:
+    """The supervised services' names, in the page's order."""
+    return list(dict.fromkeys(s.labels.get("service", "") for s in v.rows(N.total(N.SERVICE_STARTS))))

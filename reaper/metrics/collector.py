@@ -1,0 +1,66 @@
+"""The collector prometheus_client asks at each collection: the registered sections
+(reaper/metrics/sections/), each run under one guard, then reaper_source_available,
+which says which sources (SOURCES) the sections could read for this scrape."""
+from __future__ import annotations
+
+from reaper.metrics import names as N
+from reaper.metrics.reading import Reading
+from reaper.metrics.sections import SECTIONS
+
+# What the sections read; reaper_source_available says which they could read for a scrape.
+SOURCES = ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "cgroup_tree", "cgroup_stat", "self_memory")
+
+
+class Guard:
+    """A scrape-time guard: a part whose collection raises is left out of that scrape
+    (said once, the first time), the rest is served; it is asked again next scrape."""
+
+    def __init__(self, log) -> None:
+        self.log = log
+        self.failed: set = set()        # names already said
+
+    def run(self, name: str, collect, *args) -> list:
+        try:
+            return list(collect(*args))
+        except Exception as e:
+            if name not in self.failed:
+                self.failed.add(name)
+                self.log.warn(f"metrics: collecting {name} failed ({e!r}): left out while it fails")
+            return []
+
+
+class Guarded:
+    """Another collector (prometheus_client's ProcessCollector) under the guard."""
+
+    def __init__(self, inner, name: str, log) -> None:
+        self.inner, self.name = inner, name
+        self.guard = Guard(log)
+
+    def collect(self):
+        return self.guard.run(self.name, self.inner.collect)
+
+
+class ReaperCollector:
+    """Reads Stats, /proc and the sampler's results at scrape time, section by section."""
+
+    def __init__(self, exporter, scope) -> None:
+        self.reading = Reading(exporter, scope)
+        self.guard = Guard(exporter.log)
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        r, available = self.reading, {}
+        for name, section in SECTIONS:
+            yield from self.guard.run(name, section, r, available)
+        g = GaugeMetricFamily(N.SOURCE_AVAILABLE,
+                              "1 if reaper could read the source for this scrape; the metrics of a source "
+                              "it could not read are left out", labels=["source"])
+        for source in SOURCES:
+            if source == "proc_stat" and r.cfg.node_metrics == "off":
+                continue                   # not read by choice (--node-metrics off), not unreadable
+            g.add_metric([source], 1 if available.get(source) else 0)
+        yield g
+
+    def invalidate(self) -> None:
+        self.reading.invalidate()
