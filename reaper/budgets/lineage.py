@@ -161,6 +161,14 @@ class Account:
             self._settled = {}
         return self._settled
 
+    def plain(self) -> bool:
+        """No SIGTERM sent, no escape counted, no cgroup settled in (dormant.may_keep)."""
+        return not (self._terms or self._escapes or self._settled)
+
+    def terminated(self) -> bool:
+        """A SIGTERM was sent to a member."""
+        return bool(self._terms)
+
     def cpu(self) -> float:
         """CPU the lineage used, as far as reaper saw it."""
         return self.gone_cpu + sum(t.last_cpu - t.base for t in self.members.values() if t.last_cpu is not None)

@@ -128,9 +128,17 @@ class Kind(_Kind):
     State = State
     cgroup: CgroupThrottle | None = None
 
+    def busy(self, acct) -> bool:
+        s = acct.kinds.get("cpu")
+        return s is not None and bool(s.over or s.cycling or s.leaf)
+
+    def cycling(self, acct) -> bool:
+        s = acct.kinds.get("cpu")
+        return s is not None and bool(s.cycling)
+
     def judge(self, now: float) -> None:
-        cfg, enf = self.cfg, self.enf
-        eligible = enf.eligible_lineages(now)
+        cfg, act = self.cfg, self.act
+        eligible = self.sample.eligible_lineages(now)
         over_one = set()
         if cfg.cpu_budget is not None:
             for a in eligible:
@@ -148,7 +156,7 @@ class Kind(_Kind):
                                   any(a.kinds["cpu"].cycling for a in eligible), pressing)
         share = shares({id(a): a.use.demand for a in eligible}, cfg.cpu_budget_total) if over_all else {}
 
-        for a in enf.lineages():
+        for a in self.sample.lineages():
             s = a.kinds["cpu"]
             over = id(a) in over_one or id(a) in share
             if over and not s.over:
@@ -167,12 +175,12 @@ class Kind(_Kind):
         s = t.acct.kinds["cpu"]
         if not s.over:
             return
-        self.enf.nice(t, "cpu")
-        if s.cycling and self.enf.level >= 2 and t.refused is None:
+        self.act.nice(t, "cpu")
+        if s.cycling and self.act.level >= self.act.THROTTLE and t.refused is None:
             t.cycled = True
             t.action = "throttle"
-            self.enf.count("throttle_sigstop", "cpu")
-            self.enf.duty.set(t.key, t.handle, s.fraction, now, _group(t.acct))
+            self.act.count("throttle_sigstop", "cpu")
+            self.act.cycle(t, s.fraction, now, _group(t.acct))
 
     def _own_leaf(self, a) -> str | None:
         """a's cgroup if it is its own (capped at its own budget), not the shared one."""
@@ -185,12 +193,12 @@ class Kind(_Kind):
         cfg = self.cfg
         t = a.first()
         a.kinds["cpu"].over_since = time.monotonic()
-        self.enf.violation("cpu", t)
+        self.act.violation("cpu", t)
         if total:
             what = f"strays together over --cpu-budget-total {cfg.cpu_budget_total:g}"
         else:
             what = f"over --cpu-budget {cfg.cpu_budget:g}"
-        self.enf.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
+        self.act.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
                           f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
     def _respond(self, a, budget: float | None, share: float | None, now: float) -> None:
@@ -198,16 +206,16 @@ class Kind(_Kind):
         its share of the total if over that), step by step, on every member (a new one
         at its first sample); a member reaper may not act on is left alone from the
         first refusal."""
-        enf = self.enf
+        act = self.act
         for t in list(a.members.values()):
             if t.action == "none":
                 t.action = "observe"
-            enf.nice(t, "cpu")
-            if enf.level >= 1 and t.refused is None and t.key not in a.kinds["cpu"].autogroup_done:
+            act.nice(t, "cpu")
+            if act.level >= act.NICE and t.refused is None and t.key not in a.kinds["cpu"].autogroup_done:
                 self._renice_autogroup(a, t)
-        if enf.level >= 2:
+        if act.level >= act.THROTTLE:
             self._throttle(a, budget, share, now)
-        if enf.level >= 3:
+        if act.level >= act.TERMINATE:
             self._terminate(a, now)
 
     def _renice_autogroup(self, a, t) -> None:
@@ -226,36 +234,36 @@ class Kind(_Kind):
             if e.errno == errno.EAGAIN:
                 return      # unprivileged: one autogroup change per 100 ms, machine-wide; next sample
             _done(s, t.key)
-            self.enf.once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
+            self.act.once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
                                                  f"{e.strerror}; going on without it", "warn")
             return
         _done(s, t.key)
         if done:
-            self.enf.count("autogroup_nice", "cpu")
+            self.act.count("autogroup_nice", "cpu")
 
     # --- throttling --------------------------------------------------------
 
     def _choose_mechanism(self) -> None:
         if self.mechanism is not None:
             return
-        enf = self.enf
+        act = self.act
         try:
-            self.cgroup = CgroupThrottle.probe(skip_v2=enf.v2_taken())
+            self.cgroup = CgroupThrottle.probe(skip_v2=self.sample.v2_taken())
             self.mechanism = self.cgroup.kind
             if self.cfg.cpu_budget_total is not None:
                 self.cgroup.set_total(self.cfg.cpu_budget_total)
-            enf.log.info(f"throttling strays with the {self.cgroup.kind.replace('_', ' ')} cpu controller "
+            act.log.info(f"throttling strays with the {self.cgroup.kind.replace('_', ' ')} cpu controller "
                          f"in {self.cgroup.base}")
         except Unavailable as e:
             self.mechanism = "sigstop"
-            enf.log.info(f"{e}: throttling by SIGSTOP/SIGCONT")
+            act.log.info(f"{e}: throttling by SIGSTOP/SIGCONT")
         except OSError as e:
             self.mechanism = "sigstop"
-            enf.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
-        enf.stats.mechanism = self.mechanism
+            act.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
+        act.mechanism("cpu", self.mechanism)
 
     def _throttle(self, a, budget: float | None, share: float | None, now: float) -> None:
-        enf, s = self.enf, a.kinds["cpu"]
+        act, s = self.act, a.kinds["cpu"]
         self._choose_mechanism()
         members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
         if self.cgroup is not None and not s.cycling and not s.no_cgroup:
@@ -274,10 +282,10 @@ class Kind(_Kind):
             if not t.cycled:
                 t.cycled = True
                 t.action = "throttle"
-                enf.count("throttle_sigstop", "cpu")
-            enf.duty.set(t.key, t.handle, s.fraction, now, _group(a))
-        if enf.log.enabled(3):
-            enf.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
+                act.count("throttle_sigstop", "cpu")
+            act.cycle(t, s.fraction, now, _group(a))
+        if act.log.enabled(3):
+            act.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
 
     def _move_into(self, a, members: list, budget: float | None) -> bool:
@@ -306,7 +314,7 @@ class Kind(_Kind):
 
     def _no_cgroup(self, a, e: OSError) -> bool:
         a.kinds["cpu"].no_cgroup = True
-        self.enf.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup.base} "
+        self.act.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup.base} "
                                      f"({e.strerror}): duty-cycling it instead", "warn")
         return False
 
@@ -314,26 +322,26 @@ class Kind(_Kind):
         if t.action in ("none", "observe", "nice"):
             t.action = "throttle"
         if moved:
-            self.enf.count("throttle_cgroup", "cpu")
+            self.act.count("throttle_cgroup", "cpu")
 
     def _release(self, a, now: float) -> None:
         """a is back under budget: its members are let run."""
-        s, enf = a.kinds["cpu"], self.enf
+        s, act = a.kinds["cpu"], self.act
         s.cycling = False
         for t in a.members.values():
             if t.cycled:
-                enf.duty.release(t.key, now)
+                act.release(t, now)
                 t.cycled = False
         t = a.first()
         if t is not None:
-            enf.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+            act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
 
     def _terminate(self, a, now: float) -> None:
         over_since = a.kinds["cpu"].over_since
         if over_since is None or now - over_since < self.cfg.budget_kill_after:
             return
         for t in list(a.members.values()):
-            self.enf.kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
+            self.act.kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
 
     # --- escapes (escapes.py) -----------------------------------------------
 
@@ -371,7 +379,7 @@ class Kind(_Kind):
                 t.action = "nice" if t.niced else "observe"     # not throttled until the duty cycle holds it
         t = a.first()
         if t is not None:
-            self.enf.log.warn(f"{who(t)} {why}: duty-cycled (SIGSTOP/SIGCONT) instead")
+            self.act.log.warn(f"{who(t)} {why}: duty-cycled (SIGSTOP/SIGCONT) instead")
 
     # --- a stray let go -----------------------------------------------------
 

@@ -74,15 +74,22 @@ class Kind(_Kind):
     State = State
     cgroup: MemoryCgroup | None = None
 
+    def busy(self, acct) -> bool:
+        s = acct.kinds.get("memory")
+        return s is not None and bool(s.over or s.leaf)
+
+    def exact_above(self) -> "int | None":
+        return self.cfg.memory_budget
+
     def judge(self, now: float) -> None:
         """Judges what each lineage holds in all (its members' private memory), inside its
         memory cgroup or not: the cgroup caps what it allocates after the move, not what
         it held before."""
-        cfg, enf = self.cfg, self.enf
-        live = [a for a in enf.lineages()
+        cfg, act = self.cfg, self.act
+        live = [a for a in self.sample.lineages()
                 if any(t.use.mem is not None and t.refused is None for t in a.members.values())]
         held = {id(a): self._held(a) for a in live}
-        if enf.level == 2:
+        if act.level == act.THROTTLE:
             for a in live:
                 if not a.kinds["memory"].tried:
                     self._confine(a, held[id(a)])
@@ -104,20 +111,20 @@ class Kind(_Kind):
             over = id(a) in over_one or id(a) in over_all
             if over and not s.over:
                 t = a.first()
-                enf.violation("memory", t)
+                act.violation("memory", t)
                 what = f"over --memory-budget {size(cfg.memory_budget)}" if id(a) in over_one else \
                     f"strays together over --memory-budget-total {size(cfg.memory_budget_total)}"
-                enf.log.warn(f"{who(t)} holds {size(held[id(a)])}{_with(a)}, "
-                             f"{what}: {'terminate' if enf.level >= 2 else cfg.budget_action}")
+                act.log.warn(f"{who(t)} holds {size(held[id(a)])}{_with(a)}, "
+                             f"{what}: {'terminate' if act.level >= act.THROTTLE else cfg.budget_action}")
             s.over = over
             if not over:
                 continue
             for t in list(a.members.values()):
                 if t.action == "none":
                     t.action = "observe"
-                enf.nice(t, "memory")
-                if enf.level >= 2:
-                    enf.kill(t, now, "memory", f"holds {size(t.use.mem)}{_with(a)}, over its memory budget")
+                act.nice(t, "memory")
+                if act.level >= act.THROTTLE:
+                    act.kill(t, now, "memory", f"holds {size(t.use.mem)}{_with(a)}, over its memory budget")
         if self.cgroup is not None:
             self.cgroup.trim()
 
@@ -142,18 +149,18 @@ class Kind(_Kind):
 
     def _memory_cgroup(self) -> MemoryCgroup | None:
         """The memory cgroup, made on first need; None where none can be used (said once)."""
-        enf = self.enf
+        act = self.act
         if self.mechanism is None:
             try:
-                self.cgroup = MemoryCgroup.probe(skip_v2=enf.v2_taken(), total=self.cfg.memory_budget_total)
+                self.cgroup = MemoryCgroup.probe(skip_v2=self.sample.v2_taken(), total=self.cfg.memory_budget_total)
                 self.mechanism = self.cgroup.kind
-                enf.log.info(f"capping strays' memory with the {self.cgroup.kind.replace('_', ' ')} memory "
+                act.log.info(f"capping strays' memory with the {self.cgroup.kind.replace('_', ' ')} memory "
                              f"controller in {self.cgroup.base}")
             except (Unavailable, OSError) as e:
                 self.mechanism = "terminate"
                 why = e if isinstance(e, Unavailable) else f"memory cgroup setup failed ({e.strerror})"
-                enf.log.info(f"{why}: strays over their memory budget are terminated instead")
-            enf.stats.memory_mechanism = self.mechanism
+                act.log.info(f"{why}: strays over their memory budget are terminated instead")
+            act.mechanism("memory", self.mechanism)
         return self.cgroup
 
     def _confine(self, a, held: int) -> None:
@@ -164,17 +171,18 @@ class Kind(_Kind):
         holds in all (judge). A fixed limit of the whole budget, never budget minus what
         it held: a stray that frees what it held and allocates again is never killed by
         its cap below its budget."""
-        cfg, enf, s = self.cfg, self.enf, a.kinds["memory"]
+        cfg, act, s = self.cfg, self.act, a.kinds["memory"]
         s.tried = True
         t = a.first()
-        if enf.watch:
+        if self.sample.watch:
             if self.mechanism is None:
-                self.mechanism = enf.stats.memory_mechanism = "terminate"
-                enf.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
+                self.mechanism = "terminate"
+                act.mechanism("memory", "terminate")
+                act.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
                              "sidecar's own cgroup would be charged to the sidecar")
             return
         if cfg.memory_budget is not None and held >= cfg.memory_budget:
-            enf.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(held)}, over "
+            act.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(held)}, over "
                                        f"--memory-budget {size(cfg.memory_budget)}, when found: it is "
                                        "terminated when its grace is over, not capped", "warn")
             return
@@ -197,7 +205,7 @@ class Kind(_Kind):
         except OSError as e:
             if leaf is not None:
                 mc.give_back(leaf)
-            enf.once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
+            act.once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
                                     "strays over their memory budget are terminated instead", "warn")
             return
         if not moved:
@@ -213,7 +221,7 @@ class Kind(_Kind):
         if t.action in ("none", "observe"):
             t.action = "throttle"
         if moved:
-            self.enf.count("throttle_memory_cgroup", "memory")
+            self.act.count("throttle_memory_cgroup", "memory")
 
     # --- escapes (escapes.py) -----------------------------------------------
 
@@ -227,7 +235,7 @@ class Kind(_Kind):
             t.placed.pop("memory", None)
         t = a.first()
         if t is not None:
-            self.enf.log.warn(f"{who(t)} {why}: no longer capped, terminated when over its memory budget")
+            self.act.log.warn(f"{who(t)} {why}: no longer capped, terminated when over its memory budget")
 
     # --- a stray let go -----------------------------------------------------
 
@@ -251,13 +259,13 @@ class Kind(_Kind):
         n = self.cgroup.oom_kills(s.leaf)
         if n > s.oom0:
             s.oom0 = n
-            self.enf.count("oom_kill", "memory")
-            self.enf.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
+            self.act.count("oom_kill", "memory")
+            self.act.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
     def done_with(self, a) -> bool:
         """throttle moves every lineage into a memory cgroup when first judged (_confine)."""
-        return self.enf.level != 2 or a.kinds["memory"].tried
+        return self.act.level != self.act.THROTTLE or a.kinds["memory"].tried
 
     def retire(self, a) -> None:
         """The lineage's last member is gone: its leaf goes back to the pool
@@ -269,9 +277,9 @@ class Kind(_Kind):
         s.leaf = None
 
     def closing(self) -> None:
-        for t in self.enf.tracked.values():
+        for t in self.sample.members():
             # A stray the kernel's OOM killer ended since the last sample is still said.
-            if t.kinds["memory"].leaf is not None and not self.enf.tracked_alive(t.key):
+            if t.kinds["memory"].leaf is not None and not self.sample.alive(t.key):
                 self.drop(t, alive=False)
 
 
