@@ -16,8 +16,16 @@ from __future__ import annotations
 import os
 import time
 
-# _signal: the numbers and pidfd_send_signal without the enum module (start-up time and memory).
-import _signal as signal
+TYPE_CHECKING = False    # typing's, without importing typing (mypy takes it as true)
+if TYPE_CHECKING:
+    import signal
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from reaper.budgets.kinds import Actions as _Door
+else:
+    # _signal: the numbers without the enum module (start-up time and memory).
+    import _signal as signal
 
 from reaper.budgets.kinds import ANY
 from reaper.budgets.lineage import Tracked, boot_ticks
@@ -33,15 +41,15 @@ class Actions:
 
     OBSERVE, NICE, THROTTLE, TERMINATE = OBSERVE, NICE, THROTTLE, TERMINATE
 
-    def __init__(self, cfg, log, stats) -> None:
+    def __init__(self, cfg: Any, log: Any, stats: Any) -> None:
         self.cfg = cfg
         self.log = log
         self.stats = stats
         self.level = BUDGET_ACTIONS.index(cfg.budget_action)
         self.duty = DutyCycler()
-        self.said: set = set()                   # things said once
-        self.refusals: list = []                 # (what, pid, comm, strerror) not said yet
-        self.cpus = None                         # --stray-cpus: the CPUs strays are pinned to
+        self.said: set[str] = set()              # things said once
+        self.refusals: list[tuple[str, int, str, str | None]] = []   # (what, pid, comm, strerror) not said yet
+        self.cpus: Any = None                    # --stray-cpus: the CPUs strays are pinned to
 
     def confine(self, spec: str) -> None:
         """The CPUs of --stray-cpus; never fatal: affinity left alone."""
@@ -81,7 +89,7 @@ class Actions:
             self.act(t, "affinity", lambda h: h.set_affinity(self.cpus), "cpu")
             t.pinned = True
 
-    def act(self, t: Tracked, action: str, fn, reason: str) -> bool:
+    def act(self, t: Tracked, action: str, fn: Callable[[Any], Any], reason: str) -> bool:
         """fn(t.handle), counted as action for reason; False if it did not happen."""
         if t.refused is not None:
             return False
@@ -99,7 +107,7 @@ class Actions:
         self.count(action, reason)
         return True
 
-    def count(self, action: str, reason: str) -> None:
+    def count(self, action: str, reason: str | None) -> None:
         self.stats.actions[action] += 1
         self.stats.actions_by_reason[(action, reason)] += 1
 
@@ -114,7 +122,7 @@ class Actions:
         else:
             self.stats.memory_mechanism = name
 
-    def cycle(self, t: Tracked, fraction: float, now: float, group) -> None:
+    def cycle(self, t: Tracked, fraction: float, now: float, group: Any) -> None:
         """t runs fraction of each duty period (throttle.DutyCycler), with its lineage's group."""
         self.duty.set(t.key, t.handle, fraction, now, group)
 
@@ -154,7 +162,7 @@ class Actions:
         except OSError as e:
             self.once("fail-terminate", f"cannot terminate stray {t.key[0]} ({t.comm}): {e.strerror}", "warn")
 
-    def follow_up(self, members: list, now: float) -> None:
+    def follow_up(self, members: list[Tracked], now: float) -> None:
         """SIGKILL for every one of members still alive --grace seconds after its SIGTERM."""
         for t in members:
             if t.term_at is None or t.killed or now - t.term_at < self.cfg.grace or t.refused is not None:
@@ -172,7 +180,7 @@ class Actions:
             except OSError as e:
                 self.once("fail-terminate", f"cannot terminate stray {t.key[0]} ({t.comm}): {e.strerror}", "warn")
 
-    def drain(self, now: float, members) -> None:
+    def drain(self, now: float, members: Iterable[Tracked]) -> None:
         """reaper drains everything: nothing may stay stopped."""
         self.duty.close(now)
         for t in members:
@@ -180,7 +188,7 @@ class Actions:
 
     # --- strays reaper may not act on -------------------------------------------
 
-    def refuse(self, t: Tracked, e: NotPermitted, reason: str = ANY) -> None:
+    def refuse(self, t: Tracked, e: NotPermitted, reason: str | None = ANY) -> None:
         """Leaves t alone from now on: nothing refused is retried every sample."""
         if t.refused is not None:
             return
@@ -192,12 +200,12 @@ class Actions:
         self.refusals.append((e.what, t.key[0], t.comm, e.strerror))
         self.count("not_permitted", reason)
 
-    def unpinnable(self, key, comm: str, e: NotPermitted) -> None:
+    def unpinnable(self, key: tuple[int, int], comm: str, e: NotPermitted) -> None:
         """A new stray reaper may not even read: named with the refusals, counted once."""
         self.refusals.append((e.what, key[0], comm, e.strerror))
         self.count("not_permitted", ANY)
 
-    def take_duty_faults(self, tracked: dict) -> None:
+    def take_duty_faults(self, tracked: dict[tuple[int, int], Tracked]) -> None:
         for key, signame, e in self.duty.take_faults():
             t = tracked.get(key)
             if t is None:
@@ -213,7 +221,7 @@ class Actions:
         """One line per kind of action refused since the last call, naming the strays."""
         if not self.refusals:
             return
-        by_what: dict = {}
+        by_what: dict[str, list[tuple[int, str, str | None]]] = {}
         for what, pid, comm, why in self.refusals:
             by_what.setdefault(what, []).append((pid, comm, why))
         self.refusals = []
@@ -231,3 +239,9 @@ def _owner(pid: int) -> str:
         return str(os.stat(f"/proc/{pid}").st_uid)
     except OSError:
         return "?"
+
+
+if TYPE_CHECKING:
+    def _declared(a: Actions) -> _Door:
+        """Actions is the door the kinds declare (mypy --strict says so, or fails)."""
+        return a

@@ -117,7 +117,7 @@ class Enforcer:
             # Whatever the sample met, the duty cycle moves on: its deadline must not stay behind.
             act.duty.step(time.monotonic())
             if act.duty.lost:
-                hops.catch(self.book, self.kinds, act, act.duty.take_lost(), self.schedule.draining)
+                hops.catch(self.book, self.kinds, act, self.stats, act.duty.take_lost(), self.schedule.draining)
             act.take_duty_faults(self.book.tracked)
             act.say_refusals()
 

@@ -59,12 +59,13 @@ def _speed(cpu: float | None, ticks: int) -> float | None:
     return cpu * CLK_TCK / ticks
 
 
-def catch(book, kinds: list, act, lost: list, draining: bool) -> None:
+def catch(book, kinds: list, act, stats, lost: list, draining: bool) -> None:
     """lost: (key, CPU seconds at its last stop or None, boot ticks then) of duty cycle
     members found gone. Their last CPU is counted; the forks of those of a duty-cycled
     lineage join it (Book.track) and are held at once (Kind.joined). Reads: reaper's
     children, then one stat of each child born since the last sample's scan and not
-    looked at yet. book: book.Book; act: the actions door (its duty cycle steps on)."""
+    looked at yet. book: book.Book; act: the actions door (its duty cycle steps on);
+    stats: BudgetStats (the CPU counted)."""
     now = time.monotonic()
     gone = []
     for key, cpu, ticks in lost:
@@ -72,7 +73,7 @@ def catch(book, kinds: list, act, lost: list, draining: bool) -> None:
         if t is None:
             continue
         if cpu is not None and t.last_cpu is not None and cpu > t.last_cpu:
-            book.stats.stray_cpu_seconds += cpu - t.last_cpu        # what it used to its last stop
+            stats.stray_cpu_seconds += cpu - t.last_cpu             # what it used to its last stop
             t.last_cpu, t.read_boot = cpu, ticks
         if t.groups is not None and any(kind.cycling(t.acct) for kind in kinds):
             gone.append(t)

@@ -210,7 +210,7 @@ class Tracked:
         self.read_at: float | None = None        # when last_cpu was read (monotonic)
         self.prev: tuple | None = None           # (when, CPU) of the read before
         self.action = "none"             # the strongest response applied so far
-        self.refused = None              # procctl.NotPermitted, once reaper may not act on it
+        self.refused: "OSError | None" = None    # procctl.NotPermitted, once reaper may not act on it
         self.niced = False
         self.pinned = False              # --stray-cpus affinity set
         self.cycled = False              # in the duty cycle (SIGSTOP/SIGCONT)

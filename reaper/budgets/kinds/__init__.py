@@ -114,42 +114,42 @@ class Kind:
         self.act = act
         self.cfg = sample.cfg
 
-    def state(self, stray):
+    def state(self, stray: Any) -> Any:
         """A new lineage's state of this kind (kept in its Account.kinds[reason]), or None."""
         return None if self.State is None else self.State(stray)
 
-    def done_with(self, acct) -> bool:
+    def done_with(self, acct: Any) -> bool:
         """Nothing is left for this kind to do to acct while it sleeps (its state as a
         new lineage's is then all it keeps): it may be kept dormant (dormant.py)."""
         return True
 
-    def busy(self, acct) -> bool:
+    def busy(self, acct: Any) -> bool:
         """acct's lineage must stay awake for this kind (over, held: it is read every sample)."""
         return bool(getattr(acct.kinds.get(self.reason), "over", False))
 
-    def cycling(self, acct) -> bool:
+    def cycling(self, acct: Any) -> bool:
         """acct's lineage is duty-cycled by this kind (hops.catch looks for its forks)."""
         return False
 
-    def exact_above(self) -> "int | None":
+    def exact_above(self) -> int | None:
         """Private memory above this is read exactly (procctl.Handle.private_memory)."""
         return None
 
     def judge(self, now: float) -> None:
         """One sample, after the measures: who is over, and the response."""
 
-    def over(self, t) -> bool:
+    def over(self, t: Any) -> bool:
         """t counts as over this budget at the last sample (reaper_strays_over_budget)."""
         return bool(getattr(t.kinds.get(self.reason), "over", False))
 
-    def drop(self, t, alive: bool) -> None:
+    def drop(self, t: Any, alive: bool) -> None:
         """t is no longer a stray (alive) or is gone: undo what holds it."""
 
-    def joined(self, t, now: float) -> None:
+    def joined(self, t: Any, now: float) -> None:
         """t joined its lineage between two samples (a pid hop the duty cycle caught):
         what the lineage is under applies to it at once."""
 
-    def retire(self, acct) -> None:
+    def retire(self, acct: Any) -> None:
         """acct's lineage has no member left: let go of what holds it (its cgroup)."""
 
     def closing(self) -> None:
@@ -157,21 +157,21 @@ class Kind:
 
     # --- the cgroup a lineage is held in (escapes.py keeps its members there) ------------
 
-    def leaf_of(self, acct) -> "str | None":
+    def leaf_of(self, acct: Any) -> str | None:
         """The cgroup directory every member of acct must be in, if this kind holds one."""
         return None
 
-    def placed(self, t, moved: bool) -> None:
+    def placed(self, t: Any, moved: bool) -> None:
         """t was found in its lineage's cgroup, or moved into it (moved: the first time)."""
 
-    def leaking(self, acct) -> "str | None":
+    def leaking(self, acct: Any) -> str | None:
         """Why acct, in its cgroup for the whole last interval, is not held by it (it
         used more than its cgroup allows), or None."""
         return None
 
-    def reassert(self, acct) -> None:
+    def reassert(self, acct: Any) -> None:
         """Writes acct's cgroup's limit again (after leaking said why)."""
 
-    def give_up(self, acct, why: str) -> None:
+    def give_up(self, acct: Any, why: str) -> None:
         """acct's members keep leaving its cgroup, or cannot be moved back: hold the
         budget without it from now on."""

@@ -5,6 +5,10 @@ line). For strays that hold a resource while idle, which no CPU budget catches.
 """
 from __future__ import annotations
 
+TYPE_CHECKING = False    # typing's, without importing typing (mypy takes it as true)
+if TYPE_CHECKING:
+    from typing import Any
+
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
 
@@ -17,7 +21,7 @@ def past_max_age(since: float, now: float, max_age: float) -> bool:
 class State:
     __slots__ = ("over",)
 
-    def __init__(self, stray) -> None:
+    def __init__(self, stray: Any) -> None:
         # The lineage is past --stray-max-age and still there: SIGTERM'd, or reported only (observe).
         self.over = False
 
@@ -51,6 +55,6 @@ class Kind(_Kind):
                 elif t.term_at is None and t.refused is None:
                     act.kill(t, now, "age", f"first seen {limit:g}s ago (--stray-max-age)")
 
-    def joined(self, t, now: float) -> None:
+    def joined(self, t: Any, now: float) -> None:
         if t.kinds["age"].over and self.act.level >= self.act.NICE:
             self.act.kill(t, now, "age", f"first seen {self.cfg.stray_max_age:g}s ago (--stray-max-age)")

@@ -21,6 +21,10 @@ The response, each step including the ones before (the enforcer's level):
 """
 from __future__ import annotations
 
+TYPE_CHECKING = False    # typing's, without importing typing (mypy takes it as true)
+if TYPE_CHECKING:
+    from typing import Any
+
 import errno
 import time
 
@@ -58,7 +62,7 @@ def over_total(use: float, demand: float, total: float, cycled: bool, pressing: 
     return pressing or use > total or (cycled and demand > total * RELEASE)
 
 
-def shares(demands: dict, total: float) -> dict:
+def shares(demands: dict[Any, float | None], total: float) -> dict[Any, float]:
     """{key: cores} each stray is held to while strays are over the total: the total in
     proportion to each one's demand (key: cores it would use if let run, or None)."""
     least = {key: max(d or 0.0, LEAST_DEMAND) for key, d in demands.items()}
@@ -96,10 +100,10 @@ LEAK_FACTOR = 1.5      # a lineage alone in its cgroup that used more than this 
 LEAK_SLACK = 0.05      # ...plus this many cores over a whole sample is not held by it (escapes.py)
 
 
-_NONE: frozenset = frozenset()
+_NONE: frozenset[tuple[int, int]] = frozenset()
 
 
-def _done(s, key) -> None:
+def _done(s: Any, key: Any) -> None:
     """key's autogroup needs nothing more (a set per lineage only once one does)."""
     if s.autogroup_done is _NONE:
         s.autogroup_done = set()
@@ -112,11 +116,11 @@ class State:
     __slots__ = ("over", "over_since", "autogroup_done", "leaf", "cycling", "fraction",
                  "no_cgroup")
 
-    def __init__(self, stray) -> None:
+    def __init__(self, stray: Any) -> None:
         self.over = False
         self.over_since: float | None = None
         # Members whose autogroup was reniced, or needs none (Handle.autogroup_nice).
-        self.autogroup_done: set = _NONE     # a set of its own once one is added
+        self.autogroup_done: set[tuple[int, int]] | frozenset[tuple[int, int]] = _NONE   # its own set once one is added
         self.leaf: str | None = None     # cpu cgroup directory its members are held in
         self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
         self.fraction = 1.0              # share of each duty period they may run
@@ -128,11 +132,11 @@ class Kind(_Kind):
     State = State
     cgroup: CgroupThrottle | None = None
 
-    def busy(self, acct) -> bool:
+    def busy(self, acct: Any) -> bool:
         s = acct.kinds.get("cpu")
         return s is not None and bool(s.over or s.cycling or s.leaf)
 
-    def cycling(self, acct) -> bool:
+    def cycling(self, acct: Any) -> bool:
         s = acct.kinds.get("cpu")
         return s is not None and bool(s.cycling)
 
@@ -143,7 +147,7 @@ class Kind(_Kind):
         if cfg.cpu_budget is not None:
             for a in eligible:
                 own = self._own_leaf(a)
-                pressing = None if own is None else self.cgroup.pressing(own)
+                pressing = None if own is None or self.cgroup is None else self.cgroup.pressing(own)
                 if over_each(a.use.rate, a.use.demand, a.kinds["cpu"].cycling, cfg.cpu_budget, pressing):
                     over_one.add(id(a))
         over_all = False
@@ -170,7 +174,7 @@ class Kind(_Kind):
                 continue
             self._respond(a, cfg.cpu_budget if id(a) in over_one else None, share.get(id(a)), now)
 
-    def joined(self, t, now: float) -> None:
+    def joined(self, t: Any, now: float) -> None:
         """A hop of a duty-cycled lineage: niced and duty-cycled like its lineage, now."""
         s = t.acct.kinds["cpu"]
         if not s.over:
@@ -182,14 +186,15 @@ class Kind(_Kind):
             self.act.count("throttle_sigstop", "cpu")
             self.act.cycle(t, s.fraction, now, _group(t.acct))
 
-    def _own_leaf(self, a) -> str | None:
+    def _own_leaf(self, a: Any) -> str | None:
         """a's cgroup if it is its own (capped at its own budget), not the shared one."""
         s = a.kinds["cpu"]
         if self.cgroup is None or s.leaf is None or s.no_cgroup or s.leaf.endswith("/shared"):
             return None
-        return s.leaf
+        leaf: str = s.leaf
+        return leaf
 
-    def _violation(self, a, total: bool) -> None:
+    def _violation(self, a: Any, total: bool) -> None:
         cfg = self.cfg
         t = a.first()
         a.kinds["cpu"].over_since = time.monotonic()
@@ -201,7 +206,7 @@ class Kind(_Kind):
         self.act.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
                           f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
-    def _respond(self, a, budget: float | None, share: float | None, now: float) -> None:
+    def _respond(self, a: Any, budget: float | None, share: float | None, now: float) -> None:
         """The configured response to a lineage over budget (its own budget if over that,
         its share of the total if over that), step by step, on every member (a new one
         at its first sample); a member reaper may not act on is left alone from the
@@ -218,7 +223,7 @@ class Kind(_Kind):
         if act.level >= act.TERMINATE:
             self._terminate(a, now)
 
-    def _renice_autogroup(self, a, t) -> None:
+    def _renice_autogroup(self, a: Any, t: Any) -> None:
         # Everything in an orphan's or an idle task's session is a stray: its autogroup
         # may be reniced; not so for --stray-match.
         s = a.kinds["cpu"]
@@ -262,7 +267,7 @@ class Kind(_Kind):
             act.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
         act.mechanism("cpu", self.mechanism)
 
-    def _throttle(self, a, budget: float | None, share: float | None, now: float) -> None:
+    def _throttle(self, a: Any, budget: float | None, share: float | None, now: float) -> None:
         act, s = self.act, a.kinds["cpu"]
         self._choose_mechanism()
         members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
@@ -288,19 +293,20 @@ class Kind(_Kind):
             act.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
 
-    def _move_into(self, a, members: list, budget: float | None) -> bool:
+    def _move_into(self, a: Any, members: list[Any], budget: float | None) -> bool:
         """Moves a's members into its cgroup (its own, or the shared one); False if it
         cannot be made or a member cannot be moved: then the lineage is duty-cycled."""
-        s = a.kinds["cpu"]
+        s, cg = a.kinds["cpu"], self.cgroup
+        assert cg is not None                # the mechanism is a cgroup
         try:
-            d = self.cgroup.leaf(a.root, budget)
+            d = cg.leaf(a.root, budget)
         except OSError as e:
             return self._no_cgroup(a, e)
         old, s.leaf = s.leaf, d
         a.settled.pop("cpu", None)
         for t in members:
             try:
-                t.handle.checked(lambda: self.cgroup.move(t.key[0], d))
+                t.handle.checked(lambda: cg.move(t.key[0], d))
             except Gone:
                 continue
             except OSError as e:        # NotPermitted too: another user's process
@@ -308,23 +314,23 @@ class Kind(_Kind):
             t.placed["cpu"] = d
             self.placed(t, moved=True)
         if old is not None and old != d:
-            self.cgroup.drop_leaf(old)
-        self.cgroup.pressing(d)
+            cg.drop_leaf(old)
+        cg.pressing(d)
         return True
 
-    def _no_cgroup(self, a, e: OSError) -> bool:
+    def _no_cgroup(self, a: Any, e: OSError) -> bool:
         a.kinds["cpu"].no_cgroup = True
-        self.act.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup.base} "
+        self.act.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup and self.cgroup.base} "
                                      f"({e.strerror}): duty-cycling it instead", "warn")
         return False
 
-    def placed(self, t, moved: bool) -> None:
+    def placed(self, t: Any, moved: bool) -> None:
         if t.action in ("none", "observe", "nice"):
             t.action = "throttle"
         if moved:
             self.act.count("throttle_cgroup", "cpu")
 
-    def _release(self, a, now: float) -> None:
+    def _release(self, a: Any, now: float) -> None:
         """a is back under budget: its members are let run."""
         s, act = a.kinds["cpu"], self.act
         s.cycling = False
@@ -336,7 +342,7 @@ class Kind(_Kind):
         if t is not None:
             act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
 
-    def _terminate(self, a, now: float) -> None:
+    def _terminate(self, a: Any, now: float) -> None:
         over_since = a.kinds["cpu"].over_since
         if over_since is None or now - over_since < self.cfg.budget_kill_after:
             return
@@ -345,32 +351,32 @@ class Kind(_Kind):
 
     # --- escapes (escapes.py) -----------------------------------------------
 
-    def leaf_of(self, a) -> str | None:
+    def leaf_of(self, a: Any) -> str | None:
         s = a.kinds["cpu"]
         return None if s.no_cgroup or self.cgroup is None else s.leaf
 
-    def leaking(self, a) -> str | None:
+    def leaking(self, a: Any) -> str | None:
         """Measured, not estimated (lineage.py): the cores of the members alive through
         the whole last interval."""
         own = self._own_leaf(a)
         rates = [t.own_rate() for t in a.members.values()]
         used = sum(r for r in rates if r is not None)
-        if own is None or self.cfg.cpu_budget is None:
+        if own is None or self.cfg.cpu_budget is None or self.cgroup is None:
             return None
         cap = min(self.cfg.cpu_budget, self.cgroup.total or self.cfg.cpu_budget)
         if used <= cap * LEAK_FACTOR + LEAK_SLACK:
             return None
         return f"used {used:.2f} cores in its cgroup {own}, capped at {cap:g}"
 
-    def reassert(self, a) -> None:
+    def reassert(self, a: Any) -> None:
         own = self._own_leaf(a)
-        if own is not None:
+        if own is not None and self.cgroup is not None:
             try:
                 self.cgroup.leaf(a.root, self.cfg.cpu_budget)
             except OSError:
                 pass
 
-    def give_up(self, a, why: str) -> None:
+    def give_up(self, a: Any, why: str) -> None:
         s = a.kinds["cpu"]
         s.no_cgroup = True
         for t in a.members.values():
@@ -383,7 +389,7 @@ class Kind(_Kind):
 
     # --- a stray let go -----------------------------------------------------
 
-    def drop(self, t, alive: bool) -> None:
+    def drop(self, t: Any, alive: bool) -> None:
         """t is no longer a stray: out of its lineage's cgroup (the cgroup goes with the
         lineage's last member: retire)."""
         if t.key in t.kinds["cpu"].autogroup_done:
@@ -396,15 +402,16 @@ class Kind(_Kind):
         except (Gone, OSError):
             pass
 
-    def retire(self, a) -> None:
+    def retire(self, a: Any) -> None:
         s = a.kinds["cpu"]
         if s.leaf is not None and self.cgroup is not None:
             self.cgroup.drop_leaf(s.leaf)
         s.leaf = None
 
 
-def _group(a) -> DutyCycler.Group:
+def _group(a: Any) -> DutyCycler.Group:
     """a's members are stopped and resumed together: their stops are the lineage's."""
     if a.duty is None:
         a.duty = DutyCycler.Group()
-    return a.duty
+    group: DutyCycler.Group = a.duty
+    return group

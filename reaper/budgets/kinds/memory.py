@@ -17,6 +17,10 @@ ends inside its cgroup is said and counted (oom_kill).
 """
 from __future__ import annotations
 
+TYPE_CHECKING = False    # typing's, without importing typing (mypy takes it as true)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
@@ -27,12 +31,12 @@ from reaper.budgets.throttle import Unavailable
 
 # --- the decisions, on one sample's numbers (bytes) ----------------------------------
 
-def over_each(held: dict, budget: int) -> set:
+def over_each(held: dict[Any, int], budget: int) -> set[Any]:
     """The strays (held: key -> private memory, those past their grace) over budget."""
     return {key for key, mem in held.items() if mem > budget}
 
 
-def biggest_first(held: dict, total_held: int, total: int) -> set:
+def biggest_first(held: dict[Any, int], total_held: int, total: int) -> set[Any]:
     """The strays over --memory-budget-total: of held (key -> private memory, those past
     their grace, in the order found), the biggest first, until what all strays hold
     (total_held, those in their grace included) fits the total."""
@@ -45,7 +49,7 @@ def biggest_first(held: dict, total_held: int, total: int) -> set:
     return over
 
 
-def size(n) -> str:
+def size(n: Any) -> str:
     if n is None:
         return "-"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -61,7 +65,7 @@ class State:
 
     __slots__ = ("over", "leaf", "oom0", "tried", "gave_up")
 
-    def __init__(self, stray) -> None:
+    def __init__(self, stray: Any) -> None:
         self.over = False
         self.leaf: str | None = None     # memory cgroup directory its members are held in
         self.oom0 = 0                    # that leaf's OOM kills already said (leaves are reused)
@@ -74,12 +78,13 @@ class Kind(_Kind):
     State = State
     cgroup: MemoryCgroup | None = None
 
-    def busy(self, acct) -> bool:
+    def busy(self, acct: Any) -> bool:
         s = acct.kinds.get("memory")
         return s is not None and bool(s.over or s.leaf)
 
     def exact_above(self) -> "int | None":
-        return self.cfg.memory_budget
+        budget: int | None = self.cfg.memory_budget
+        return budget
 
     def judge(self, now: float) -> None:
         """Judges what each lineage holds in all (its members' private memory), inside its
@@ -129,12 +134,12 @@ class Kind(_Kind):
             self.cgroup.trim()
 
     @staticmethod
-    def _held(a) -> int:
+    def _held(a: Any) -> int:
         """What a lineage holds: its members' private memory (each one's figure, the
         exact one read where that one alone is over the budget: Handle.private_memory)."""
         return sum(t.use.mem for t in a.members.values() if t.use.mem is not None and t.refused is None)
 
-    def _exact(self, a) -> int:
+    def _exact(self, a: Any) -> int:
         """A lineage's total with each member's exact private memory (smaps_rollup), read
         only when the cheap figures are over a budget."""
         for t in a.members.values():
@@ -163,7 +168,7 @@ class Kind(_Kind):
             act.mechanism("memory", self.mechanism)
         return self.cgroup
 
-    def _confine(self, a, held: int) -> None:
+    def _confine(self, a: Any, held: int) -> None:
         """throttle: moves a lineage, when first seen, into a memory cgroup whose limit is
         its budget (a member found later is put there by escapes.hold). What it held
         before the move stays charged where it was (charges never move with a process):
@@ -217,7 +222,7 @@ class Kind(_Kind):
             m.placed["memory"] = leaf
             self.placed(m, moved=True)
 
-    def placed(self, t, moved: bool) -> None:
+    def placed(self, t: Any, moved: bool) -> None:
         if t.action in ("none", "observe"):
             t.action = "throttle"
         if moved:
@@ -225,11 +230,11 @@ class Kind(_Kind):
 
     # --- escapes (escapes.py) -----------------------------------------------
 
-    def leaf_of(self, a) -> str | None:
+    def leaf_of(self, a: Any) -> str | None:
         s = a.kinds["memory"]
         return None if s.gave_up or self.cgroup is None else s.leaf
 
-    def give_up(self, a, why: str) -> None:
+    def give_up(self, a: Any, why: str) -> None:
         a.kinds["memory"].gave_up = True
         for t in a.members.values():
             t.placed.pop("memory", None)
@@ -239,7 +244,7 @@ class Kind(_Kind):
 
     # --- a stray let go -----------------------------------------------------
 
-    def drop(self, t, alive: bool) -> None:
+    def drop(self, t: Any, alive: bool) -> None:
         """A member's memory cgroup when it stops being a stray: moved back if alive; if
         one of its lineage died of the OOM killer inside, that is said and counted."""
         mc, s = self.cgroup, t.kinds["memory"]
@@ -255,7 +260,9 @@ class Kind(_Kind):
         # gone, its state not yet Z) when the sample that drops it runs.
         self._said_oom(t, s)
 
-    def _said_oom(self, t, s) -> None:
+    def _said_oom(self, t: Any, s: Any) -> None:
+        if self.cgroup is None:
+            return
         n = self.cgroup.oom_kills(s.leaf)
         if n > s.oom0:
             s.oom0 = n
@@ -263,11 +270,11 @@ class Kind(_Kind):
             self.act.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
-    def done_with(self, a) -> bool:
+    def done_with(self, a: Any) -> bool:
         """throttle moves every lineage into a memory cgroup when first judged (_confine)."""
         return self.act.level != self.act.THROTTLE or a.kinds["memory"].tried
 
-    def retire(self, a) -> None:
+    def retire(self, a: Any) -> None:
         """The lineage's last member is gone: its leaf goes back to the pool
         (memory_cgroup.py), not away: a removed leaf that still holds the strays' page
         cache would linger as a dying cgroup."""
@@ -283,7 +290,7 @@ class Kind(_Kind):
                 self.drop(t, alive=False)
 
 
-def _with(a) -> str:
+def _with(a: Any) -> str:
     """How many processes a lineage's figure covers, where more than one."""
     n = len(a.members)
     return f" with {n - 1} more of its lineage" if n > 1 else ""
