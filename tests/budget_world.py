@@ -75,7 +75,7 @@ class FakeTime:
 
 
 class World:
-    def __init__(self, args: list, duration: float, watch: bool = False) -> None:
+    def __init__(self, args: list, duration: float, watch: bool = False, reaped: bool = False) -> None:
         from reaper import options
 
         self.cfg = options.parse([*args, "--", "true"])
@@ -85,6 +85,8 @@ class World:
         self.next_pid = PID0
         self.last_pid = PID0
         self.total_cpu = 0.0             # every process's CPU, the gone ones' too (reaper's cgroup)
+        self.reaped = reaped             # reaper counts the CPU of what it reaps (reaped.ReapedCPU)
+        self.reaped_cpu = 0.0            # CPU seconds of the orphans reaper reaped
         self.script: list = []           # (at, fn): world changes, in time order
         self.events: list = []           # what the handles did, since the last trace entry
         self.logged: list = []
@@ -108,8 +110,10 @@ class World:
         self.script.sort(key=lambda e: e[0])
 
     def exit(self, pid: int) -> None:
-        """pid ends (its children are reaper's now)."""
-        self.procs.pop(pid, None)
+        """pid ends (its children are reaper's now; reaper reaps it if it is its child)."""
+        p = self.procs.pop(pid, None)
+        if p is not None and p.ppid == REAPER:
+            self.reaped_cpu += p.cpu
         for p in self.procs.values():
             if p.ppid == pid:
                 p.ppid = REAPER
@@ -240,7 +244,12 @@ class World:
         monkeypatch.setattr(CgroupThrottle, "probe", classmethod(no_cgroup))
         monkeypatch.setattr(MemoryCgroup, "probe", classmethod(no_cgroup))
         stats = BudgetStats()
-        enf = enforcer.Enforcer(self.cfg, _Log(self.logged), stats, self.scope)
+        reaped = None
+        if self.reaped:
+            from reaper.budgets.reaped import ReapedCPU
+
+            reaped = ReapedCPU(lambda: world.reaped_cpu)
+        enf = enforcer.Enforcer(self.cfg, _Log(self.logged), stats, self.scope, reaped)
         trace: list = []
         counted: dict = {}
         mono = FakeTime(self).monotonic

@@ -150,6 +150,45 @@ def eperm() -> World:
     return w
 
 
+def reaped() -> World:
+    """Where reaper reaps the orphans (reaped.py): the CPU of a hop's last moments, of a
+    stray gone between two samples and of one never read is counted from what it reaped,
+    to the end (close)."""
+    w = World([*CPU, "--budget-action", "nice"], 10, reaped=True)
+    a = w.add(comm="hopper", cmdline="hopper --loop", rate=1.0, pgid=LEADER, sid=LEADER)
+    w.add(ppid=MAIN, comm="worker", cmdline="main --worker", rate=0.2)      # the main tree's: kept
+    later = {}
+
+    def hop():
+        later["b"] = b = w.fork(a, rate=1.0)
+        w.exit(a.pid)
+        b.ppid = REAPER
+
+    def brief():
+        later["c"] = w.add(comm="brief", cmdline="brief", rate=1.0)
+    w.at(3.5, hop)
+    w.at(5.3, lambda: w.exit(later["b"].pid))
+    w.at(6.2, brief)
+    w.at(6.8, lambda: w.exit(later["c"].pid))
+    w.at(7.5, lambda: later.update(d=w.add(comm="last", cmdline="last", rate=1.0)))
+    w.at(8.2, lambda: setattr(w.scope, "phase", "draining"))
+    w.at(8.4, lambda: w.exit(later["d"].pid))
+    return w
+
+
+def memory_nice() -> World:
+    """Over a memory budget under nice: niced, and kept awake while over (Kind.busy)."""
+    w = World(["--memory-budget", "100M", "--budget-grace", "2", "--budget-window", "2", "--budget-action", "nice"],
+              12)
+    fat = w.add(comm="fat", cmdline="fat", mem=200 << 20, rss=210 << 20)
+    w.add(comm="thin", cmdline="thin", mem=50 << 20, rss=60 << 20)
+
+    def shrinks():
+        fat.mem, fat.rss = 40 << 20, 50 << 20
+    w.at(8.5, shrinks)
+    return w
+
+
 def drain() -> World:
     w = World([*CPU, "--budget-action", "throttle"], 9)
     w.add(comm="hog", cmdline="hog --spin", rate=1.0)
@@ -158,7 +197,7 @@ def drain() -> World:
 
 
 SCENARIOS = [cpu_nice, cpu_throttle, cpu_terminate, cpu_total, hop_at_once, hop_late, dormant_cpu,
-             dormant_exec, dormant_age, memory_own, memory_total, eperm, drain]
+             dormant_exec, dormant_age, memory_own, memory_total, memory_nice, eperm, reaped, drain]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
