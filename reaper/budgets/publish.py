@@ -8,12 +8,8 @@ those holding most memory are listed (Stats.TOP_STRAYS of them).
 """
 from __future__ import annotations
 
-# _heapq: heapq's C functions without heapq.py (its pure-Python fallbacks cost PID 1 memory).
-from _heapq import heappush, heappushpop
-
 from reaper.budgets import dormant
 from reaper.budgets.kinds import REASONS
-from reaper.stats import TOP_STRAYS
 
 
 def publish(stats, judged: list, kinds: list, book) -> None:
@@ -38,19 +34,8 @@ def count_cgroups(kinds: list) -> dict:
         return {"live": 0}
 
 
-def top_dormant(records) -> list:
-    """The dormant records holding most memory (Stats.TOP_STRAYS of them), the most first."""
-    top: list = []                       # (memory, n, record): the least first
-    for n, d in enumerate(records.values()):
-        if len(top) < TOP_STRAYS:
-            heappush(top, (d.mem, n, d))
-        elif d.mem > top[0][0]:
-            heappushpop(top, (d.mem, n, d))
-    return [d for _, _, d in sorted(top, reverse=True)]
-
-
 def dormant_rows(top: list) -> list:
-    """Rows of the dormant strays that may be shown (top_dormant's)."""
+    """Rows of the dormant strays that may be shown (dormant.top's)."""
     out = []
     for d in top:
         row = Row()
