@@ -10,7 +10,7 @@ action taken), of which one copy is kept for all the copies of one program.
 
 A stray is dormant from its first sample when it opens a lineage of its own that needs
 nothing more (a plain new stray), or once its lineage, a plain one of one member, rests
-(enforcer._rest: its CPU did not move over a window). What "plain" means is
+(Schedule.rest: its CPU did not move over a window). What "plain" means is
 may_keep's: no action beyond observe taken, no cgroup, no duty cycle, no SIGTERM,
 every kind's state as a new lineage's with nothing left for it to do (Kind.done_with:
 under throttle, the memory budget moves each lineage into a memory cgroup when it

@@ -7,8 +7,8 @@ for new strays (strays.py) when a pid was handed out, and averages the CPU over
 again when reaper's cgroup's counters say something nobody read ran (pulse.py), or
 every pulse.QUIET_MAX seconds. Then each budget kind that is on
 (kinds/: cpu, memory, age, in that order) judges which strays are over its budget
-past their --budget-grace and responds through the enforcer's actions, as far as
---budget-action goes, each step including the ones before it:
+past their --budget-grace and responds through the one door it acts by (actions.py),
+as far as --budget-action goes, each step including the ones before it:
 
     observe    one log line per violation, metrics
     nice       nice 19 and SCHED_IDLE (and --stray-cpus affinity)
@@ -16,15 +16,25 @@ past their --budget-grace and responds through the enforcer's actions, as far as
     terminate  SIGTERM (CPU: after --budget-kill-after seconds over budget; memory: at
                once), SIGKILL after --grace
 
---stray-max-age sends SIGTERM whatever the action but observe. The enforcer keeps
-what every kind shares: the strays it tracks (Tracked, pinned against pid reuse by
-procctl.Handle), their lineages (lineage.py: a stray's descendants share its
-account, so that a fork that lets its parent exit starts no grace, age or CPU
-afresh; hops.py: what a lineage does between samples), their measures, the cgroups
-they must stay in (escapes.py), the duty cycle that stops and resumes them, the
-SIGTERM and its SIGKILL, and the counts. Actions are counted by reason (a kind's
-reason, or "any"). At start, the empty stray cgroups of reapers that are gone are
-removed (cleanup.py).
+--stray-max-age sends SIGTERM whatever the action but observe. The engine is this
+module: the Policy plugin (next_deadline, tick, close) and sample(), the pipeline
+(scan, measure, hold, pin, the kinds judge, follow up, rest, publish). It wires the
+parts, each the only writer of its own state, and nothing else holds it:
+
+    book.py      who is known: the strays tracked (Tracked, pinned against pid reuse
+                 by procctl.Handle) and dormant (dormant.py), their lineages
+                 (lineage.py: a stray's descendants share its account, so that a fork
+                 that lets its parent exit starts no grace, age or CPU afresh), the
+                 scan, the one track() (hops.py: a lineage's fork between samples)
+    schedule.py  who is read when: awake lineages, sleepers due (pulse.py), scans
+    reader.py    how a stray is read: CPU, memory, the CPU of what reaper reaped
+    actions.py   how reaper acts: the kinds' door, the duty cycle, SIGTERM and its
+                 SIGKILL, refusals, and the counts by reason (a kind's, or "any")
+    publish.py   what the stats show: over budget, cgroups, the stray list
+
+A kind reads the sample through Sample (below): the lineages it judges, read only.
+The cgroups a lineage must stay in are kept by escapes.py. At start, the empty stray
+cgroups of reapers that are gone are removed (cleanup.py).
 
 A stray reaper may not act on (another user's: EPERM, EACCES) is named once,
 counted in actions["not_permitted"] and left alone from then on; the others are

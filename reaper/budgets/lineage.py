@@ -30,7 +30,7 @@ of the first rule that links it (Linker.find), else opens its own:
              program: never a hop. A fork-copy that opened a lineage of its own
              while the member it hopped from still lived (descheduled between its
              fork and its exit) joins that member's lineage at the next sample, if
-             the member is gone by then (Enforcer._late_hops).
+             the member is gone by then (Book._late_hops).
 
 What cannot be linked: a member born and gone between two samples that leaves its
 group and session (setsid), or execs, or changes its command line, before a sample

@@ -101,7 +101,7 @@ def load(cfg: Any) -> list[Any]:
 
 
 class Kind:
-    """What the enforcer asks of a kind. One instance per run, made with the sample
+    """What the engine asks of a kind. One instance per run, made with the sample
     it reads (Sample: cfg, lineages, ...) and the door it acts through (Actions)."""
 
     reason = ""

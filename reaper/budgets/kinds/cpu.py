@@ -11,11 +11,11 @@ judged as one stray, on its members' CPU together, and every member gets the res
 a new one at its first sample: one cgroup, or one duty cycle (its members stopped and
 resumed together, DutyCycler.Group).
 
-The response, each step including the ones before (the enforcer's level):
+The response, each step including the ones before (the level of the actions door):
 
     nice       nice 19 and SCHED_IDLE; a stray found as an orphan or below an idle
                Ray worker that leads its own session also gets its autogroup reniced
-    throttle   a cgroup of reaper's own (throttle.py: v2, v1), else the enforcer's
+    throttle   a cgroup of reaper's own (throttle.py: v2, v1), else the door's
                SIGSTOP/SIGCONT duty cycle, run for duty_fraction() of each period
     terminate  after --budget-kill-after seconds over budget
 """
