@@ -57,7 +57,7 @@ class Book:
         self.top: list | None = None             # those holding most memory (dormant_top), until one changes
         self.scan_boots = (0, 0)                 # boot ticks of the last two scans: when dormant strays were seen
         # Budgets of all strays together judge every lineage at every sample: nothing sleeps small then.
-        self.small = cfg.cpu_budget_total is None and cfg.memory_budget_total is None
+        self.small = not any(kind.judges_all() for kind in kinds)
         self.known = dormant.Known(self)
         self.regroup = True                      # a member came or went: the lineages are listed again
         self.rows_changed = True                 # the stray list is made again

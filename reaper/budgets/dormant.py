@@ -209,9 +209,6 @@ def may_keep(book, a) -> bool:
     if (t.refused is not None or t.term_at is not None or t.cycled or t.killed or t.placed or t.pred is not None
             or t.action not in ("none", "observe") or (book.cpus is not None and not t.pinned)):
         return False
-    budget = book.cfg.memory_budget
-    if budget is not None and (t.use.mem or 0) > budget:
-        return False                     # over once its grace ends: judged then
     for gid in dict.fromkeys(t.groups[:2] if t.groups else ()):
         e = book.linker.led.get(gid)
         if gid == t.key[0] or (e is not None and e[1] is a):

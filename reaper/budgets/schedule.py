@@ -39,6 +39,7 @@ class Schedule:
         self.age_due: list = []                  # heap (since + max age, n, account or dormant key)
         self.age_n = 0                           # tie-breaker of age_due's entries
         self.fresh: list = []                    # strays tracked since the last sample: read at once
+        self.judge_all = any(kind.judges_all() for kind in kinds)   # a budget of all strays together
 
     @property
     def draining(self) -> bool:
@@ -76,8 +77,7 @@ class Schedule:
         """The lineages the kinds judge at this sample (lineage.Account): every one at
         a sweep or where a budget of all strays together is on, else the awake ones
         (a sleeping lineage is over no budget, and its figures have not moved)."""
-        cfg = self.cfg
-        if self.swept or cfg.cpu_budget_total is not None or cfg.memory_budget_total is not None:
+        if self.swept or self.judge_all:
             return self.book.accounts
         return [a for a in self.awake.values() if a.members]
 

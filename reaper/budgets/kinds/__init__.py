@@ -131,6 +131,11 @@ class Kind:
         """acct's lineage is duty-cycled by this kind (hops.catch looks for its forks)."""
         return False
 
+    def judges_all(self) -> bool:
+        """It judges every lineage at every sample (a budget of all strays together): no
+        lineage is left out of a sample's judgement, and none sleeps as a record."""
+        return False
+
     def exact_above(self) -> int | None:
         """Private memory above this is read exactly (procctl.Handle.private_memory)."""
         return None

@@ -140,6 +140,9 @@ class Kind(_Kind):
         s = acct.kinds.get("cpu")
         return s is not None and bool(s.cycling)
 
+    def judges_all(self) -> bool:
+        return self.cfg.cpu_budget_total is not None
+
     def judge(self, now: float) -> None:
         cfg, act = self.cfg, self.act
         eligible = self.sample.eligible_lineages(now)

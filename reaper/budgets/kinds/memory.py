@@ -271,8 +271,15 @@ class Kind(_Kind):
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
     def done_with(self, a: Any) -> bool:
-        """throttle moves every lineage into a memory cgroup when first judged (_confine)."""
+        """A member over its budget is judged once its grace ends; throttle moves every
+        lineage into a memory cgroup when first judged (_confine)."""
+        budget = self.cfg.memory_budget
+        if budget is not None and any((t.use.mem or 0) > budget for t in a.members.values()):
+            return False
         return self.act.level != self.act.THROTTLE or a.kinds["memory"].tried
+
+    def judges_all(self) -> bool:
+        return self.cfg.memory_budget_total is not None
 
     def retire(self, a: Any) -> None:
         """The lineage's last member is gone: its leaf goes back to the pool
