@@ -86,14 +86,14 @@ class Reader:
                 if t.read_seq == 0 and tracked.get(t.key) is t:
                     self.read(t.key, t, now)           # new since the last sample
             awake = schedule.awake
-            for key in schedule.due(now):
+            for key in schedule.due_now(now):
                 t = tracked.get(key)
                 if t is not None and t.read_seq != seq and id(t.acct) not in awake:
                     self.read(key, t, now)
         schedule.take_fresh()
         self.count_reaped(rescanned)
         book.regrouped()
-        schedule.wake_aged(now)
+        schedule.wake_due(now)
         cfg = self.cfg
         for a in list(schedule.awake.values()):
             if not a.members:

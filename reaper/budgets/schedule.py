@@ -6,7 +6,8 @@ terminated by nothing (no kind busy with it: Kind.busy), rests: its members are 
 again at a sweep (pulse.py: the cgroup's CPU says something nobody read ran) or by
 pulse.QUIET_MAX, and one that is plain sleeps as a dormant record (Book.sleep_small).
 /proc is listed when a pid was handed out, after an exec, and every pulse.SCAN_EVERY
-seconds. --stray-max-age wakes a sleeping lineage when it comes due (age_due).
+seconds. A kind with a timer (Kind.due: --stray-max-age's) wakes a sleeping lineage
+when it comes due (timers).
 
 Schedule is the only writer of what it holds; the sample's Sample view (enforcer.py)
 asks it for the lineages the kinds judge.
@@ -36,8 +37,9 @@ class Schedule:
         self.swept = True                        # this sample reads every stray
         self.awake: dict = {}                    # id(account) -> account: its members read every sample
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
-        self.age_due: list = []                  # heap (since + max age, n, account or dormant key)
-        self.age_n = 0                           # tie-breaker of age_due's entries
+        # (kind, heap of (when due, n, account or dormant key)) of each kind with a timer (Kind.due)
+        self.timers = [(kind, []) for kind in kinds if kind.timed]
+        self.due_n = 0                           # tie-breaker of the timers' entries
         self.fresh: list = []                    # strays tracked since the last sample: read at once
         self.judge_all = any(kind.judges_all() for kind in kinds)   # a budget of all strays together
 
@@ -103,7 +105,7 @@ class Schedule:
         """Sleeping stray key is read by due at the latest."""
         self.resting.append((due, key))
 
-    def due(self, now: float) -> list:
+    def due_now(self, now: float) -> list:
         """The sleeping strays due to be read (taken off the queue)."""
         q, out = self.resting, []
         while q and q[0][0] <= now:
@@ -121,27 +123,26 @@ class Schedule:
                               f"({self.pulse.file or 'not readable: at every sample'}), "
                               f"or every {pulse.QUIET_MAX:g}s", "debug")
 
-    def due_age(self, since: float, what) -> None:
-        """what (an account, or a dormant stray's key) is judged when past --stray-max-age."""
-        limit = self.cfg.stray_max_age
-        if limit is not None:
-            self.age_n += 1
-            heappush(self.age_due, (since + limit, self.age_n, what))
+    def due(self, since: float, what, now: float | None = None) -> None:
+        """what (an account, or a dormant stray's key), first seen at since, is judged when
+        each timed kind says (Kind.due); at now, by those not due yet."""
+        for kind, h in self.timers:
+            if now is None or not kind.past_due(since, now):
+                self.due_n += 1
+                heappush(h, (kind.due(since), self.due_n, what))
 
-    def wake_aged(self, now: float) -> None:
-        """The sleeping lineages past --stray-max-age (or about to be): judged now."""
-        limit = self.cfg.stray_max_age
-        if limit is None:
-            return
-        h = self.age_due
-        while h and h[0][0] <= now + self.cfg.budget_interval:
-            a = heappop(h)[2]
-            if isinstance(a, tuple):
-                if a not in self.book.dormant:
-                    continue
-                a = self.book.thaw(a, "past --stray-max-age").acct
-            if a.members:
-                self.wake(a)
+    def wake_due(self, now: float) -> None:
+        """The sleeping lineages a timed kind must judge now (or about to): woken."""
+        soon = now + self.cfg.budget_interval
+        for kind, h in self.timers:
+            while h and h[0][0] <= soon:
+                a = heappop(h)[2]
+                if isinstance(a, tuple):
+                    if a not in self.book.dormant:
+                        continue
+                    a = self.book.thaw(a, kind.due_why).acct
+                if a.members:
+                    self.wake(a)
 
     def rest(self, now: float) -> None:
         """The awake lineages that have not moved for a whole window, are past their
@@ -165,15 +166,16 @@ class Schedule:
                 continue
             for key in a.members:
                 self.resting.append((due, key))
-            if self.cfg.stray_max_age is not None and now - a.since < self.cfg.stray_max_age:
-                self.due_age(a.since, a)
+            self.due(a.since, a, now)
 
     def _sleeping(self, a, now: float) -> bool:
         if a.use.rate != 0.0 or (self.cpus is not None and now - a.since < self.cfg.budget_grace):
             return False
-        if a.duty is not None or a.terminated() or (self.cfg.stray_max_age is not None
-                                                    and now - a.since >= self.cfg.stray_max_age):
+        if a.duty is not None or a.terminated():
             return False
+        for kind, _ in self.timers:
+            if kind.past_due(a.since, now):
+                return False
         for kind in self.kinds:
             if kind.busy(a):
                 return False

@@ -108,6 +108,8 @@ class Kind:
     State: Any = None    # what it keeps of each lineage: State(stray), with `over`; None: nothing
     cgroup: Any = None   # the cgroup holder it made (live, dying, close, version, base, mount), if any
     mechanism: Any = None    # how it holds its budget (stats), decided on first need
+    timed = False        # it judges a lineage at a time of its own, sleeping or not (due, past_due)
+    due_why = ""         # why a dormant stray is tracked again when it comes due (said with -vv)
 
     def __init__(self, sample: Sample, act: Actions) -> None:
         self.sample = sample
@@ -129,6 +131,15 @@ class Kind:
 
     def cycling(self, acct: Any) -> bool:
         """acct's lineage is duty-cycled by this kind (hops.catch looks for its forks)."""
+        return False
+
+    def due(self, since: float) -> float:
+        """timed: when it must judge a lineage first seen at since (monotonic seconds):
+        the schedule wakes a sleeping one then."""
+        raise NotImplementedError
+
+    def past_due(self, since: float, now: float) -> bool:
+        """timed: that time has come at now (the lineage stays awake)."""
         return False
 
     def judges_all(self) -> bool:
