@@ -9,10 +9,14 @@ diff of the JSON files is part of its review:
     REAPER_GOLDEN_WRITE=1 /work/venv-NAME/bin/python -m pytest -q tests/test_budget_golden.py
 
 The scenarios follow the black-box tests (test_budget*.py): a CPU hog under nice, the
-duty cycle and terminate; a fork hop caught at once (by the duty cycle, and by the
-scan) and a sample late; dormant strays woken by CPU, by an exec and by their age;
-memory over a stray's own budget and over the total; strays reaper may not read or
-renice (EPERM); the drain.
+duty cycle and terminate (cpu_*), the total shared; a fork hop caught at once by the
+duty cycle (hop_at_once), by the scan and a sample late (hop_late); sleeping strays
+(dormant_*: strays that lead their own group, never dormant records; sleepers_*:
+dormant records) woken by CPU, by an exec, by their age, by their memory and as a new
+stray's parent; memory over a stray's own budget and over the total, and kept awake
+while over (memory_*); strays reaper may not read or renice (eperm); the CPU of what
+reaper reaps (reaped); the drain. A scenario added later is written on the code before
+the change it guards (PYTHONPATH at an export of that commit, the same command).
 """
 from __future__ import annotations
 
