@@ -19,10 +19,10 @@ from __future__ import annotations
 import time
 
 from reaper.budgets import dormant, hops, pulse
-from reaper.budgets.cgroupfs import read_proc_cgroup
 from reaper.budgets.lineage import Ghost, Linker, Tracked, boot_ticks, hop_from, join, lineages, read_groups
 from reaper.budgets.strays import KNOWN
 from reaper.procctl import Gone, Handle, NotPermitted
+from reaper.procfs.cgroups import read_pid_cgroup
 from reaper.procfs.processes import ProcTable, read_stat
 
 
@@ -332,7 +332,7 @@ class Book:
     def proc_cgroup(self, pid: int) -> bytes | None:
         """/proc/PID/cgroup, read once a sample."""
         if pid not in self.cgroup_data:
-            self.cgroup_data[pid] = read_proc_cgroup(pid)
+            self.cgroup_data[pid] = read_pid_cgroup(pid)
         return self.cgroup_data[pid]
 
     def leaf_owner(self, pid: int):
