@@ -10,7 +10,7 @@ import time
 
 from reaper.node import interrupts, pressure, softnet
 
-SOURCES = ("proc_stat", "processes", "cgroups", "pressure", "softnet", "interrupts")
+SOURCES = ("proc_stat", "processes", "cgroups", "pressure", "softnet", "interrupts", "kernel_functions")
 CACHE = 0.5         # seconds a read of the per-core counters serves scrapes
 
 
@@ -58,13 +58,23 @@ class NodeCollector:
             for mode, (rows, total) in st.histogram().items():
                 h.add_metric([mode], [(floatToGoString(b), n) for b, n in rows], total)
             yield h
-            g = G("reaper_node_kernel_time_top_ratio", "System time of the processes with most while a core was "
-                                                       "saturated (the top 5 of the last scan, kept for --window): "
-                                                       "share of one core; cpu: the core it last ran on",
+            g = G("reaper_node_kernel_time_top_ratio", "Kernel time of the processes with most while a core was "
+                                                       "saturated in kernel time (the top 5 of the last sample, kept "
+                                                       "until the next kernel-time streak): share of one core; cpu: "
+                                                       "the core",
                   labels=["pid", "comm", "cpu", "cgroup"])
             for c in m.top:
                 g.add_metric([str(c.pid), c.comm, str(c.cpu), c.cgroup], c.ratio)
             yield g
+            g = G("reaper_node_kernel_function_top_ratio", "Kernel functions a core saturated in kernel time was "
+                                                           "sampled in (perf cpu-clock, the 5 with most samples of the "
+                                                           "ongoing streak, else of the core's last one): share of the "
+                                                           "core's samples", labels=["cpu", "function"])
+            for cpu, prof in sorted(m.sampling.profiles().items()):
+                for name, ratio in prof.top_functions():
+                    g.add_metric([str(cpu), name], ratio)
+            yield g
+            available["kernel_functions"] = m.sampling.available
             yield C("reaper_node_kernel_time_scans", "Per-process scans (one a sample while a core is saturated)",
                     value=m.kernel.scans)
             available["processes"] = m.kernel.available and m.zombies is not None

@@ -45,6 +45,7 @@ def report(m, before: Counters, after: Counters) -> tuple:
              f"{m.streaks.threshold:.0%} busy for a whole one-second sample", ""]
     lines += _cores(seen)
     lines += _held(m)
+    lines += _functions(m, after.when)
     mem_lines, mem_found = _memory(m)
     lines += mem_lines
     lines += _pressure(before, after, seconds)
@@ -94,6 +95,24 @@ def _held(m) -> list:
         where = f"last on cpu{h.cpu}" if h.cpu >= 0 else "core unknown"
         out.append(f"  {h.comm} (pid {h.pid}): {h.seconds:.1f} s of system time, up to {h.peak:.0%} of a core, "
                    f"{where}, cgroup {h.cgroup or '?'}")
+    return out + [""]
+
+
+def _functions(m, now: float) -> list:
+    """Each sampled core's streak: who it ran and the kernel functions it was in."""
+    out = ["Kernel functions (the saturated core sampled while it was in kernel time):"]
+    if not m.sampling.available:
+        return out + [f"  not sampled: {m.sampling.off}", ""]
+    profiles = m.sampling.profiles()
+    if not profiles:
+        return out + ["  none sampled (no core saturated mostly in kernel time)", ""]
+    for cpu, prof in sorted(profiles.items(), key=lambda kv: kv[1].started, reverse=True)[:8]:
+        end = prof.ended if prof.ended is not None else now
+        state = "ongoing" if prof.ended is None else f"ended {now - end:.0f} s before the report"
+        out.append(f"  cpu{cpu}, {end - prof.started:.0f} s sampled ({prof.samples} samples, {state}):")
+        out += [f"    {line}" for line in m.sampling.line(prof, 3)]
+        tops = ", ".join(f"{name} {ratio:.0%}" for name, ratio in prof.top_functions())
+        out.append(f"    the core's functions: {tops}")
     return out + [""]
 
 

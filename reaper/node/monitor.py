@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from reaper.node import cgroups, culprits, streaks, zombies
+from reaper.node import cgroups, culprits, profile, sampling, streaks, zombies
 from reaper.nodestats import CpuSampler
 
 SAMPLE_INTERVAL = 1.0
@@ -30,11 +30,17 @@ class Held:
         self.peak = 0.0             # its highest share of one core
 
 
-def describe(c) -> str:
-    """One culprit (Culprit or Held) for a log line."""
+def describe(c, function: str = "") -> str:
+    """One culprit (Culprit or Held) for a log line, with the kernel function it was
+    sampled in most ('f <- caller <- ...') when there is one."""
     share = f", {c.ratio:.0%} of a core" if hasattr(c, "ratio") else f", {c.seconds:.1f} s system time"
     where = f" on cpu{c.cpu}" if c.cpu >= 0 else ""
-    return f"{c.comm} (pid {c.pid}{where}{share}, cgroup {c.cgroup or '?'})"
+    return f"{c.comm} (pid {c.pid}{where}{share}, cgroup {c.cgroup or '?'})" + (f" in {function}" if function else "")
+
+
+def kernel_share(r: "dict | None") -> float:
+    """A core's share of the last sample in system, irq and softirq time."""
+    return (r["system"] + r["irq"] + r["softirq"]) if r else 0.0
 
 
 class Monitor:
@@ -43,14 +49,14 @@ class Monitor:
         self.cpu = CpuSampler(proc)             # raises OSError: no proc/stat
         self.streaks = streaks.Streaks(threshold, window)
         self.kernel = culprits.KernelTime(proc, clock=clock)
+        self.sampling = sampling.Sampling(proc, log)
         self.hier = cgroups.hierarchies(sys)
         self.growth = cgroups.Growth(window)
         self.memory = None          # cgroups.MemoryCgroups
         self.first_memory = None    # the first count (the report's growth)
         self.holders: list = []     # [(cgroup, dying below it)]
         self.zombies = None         # zombies.Zombies
-        self.top: list = []         # the last attribution (Culprit), kept for the window
-        self.top_at = None
+        self.top: list = []         # the last kernel-time attribution (Culprit), kept until the next
         self.held: dict = {}        # pid -> Held, over the whole run (bounded)
         self.episode: dict = {}     # pid -> Held, while some core is saturated
         self.signalled: set = set() # cores whose ongoing streak was logged as a signature
@@ -65,21 +71,32 @@ class Monitor:
         self.samples += 1
         if self._guard("per-core CPU", self.cpu.sample) is False:
             self.cpu.ratios, self.cpu.seconds = {}, {}      # stale ratios would look live
-        for s in self.streaks.update(now, self.cpu.ratios, self.cpu.seconds):
+        ended = self.streaks.update(now, self.cpu.ratios, self.cpu.seconds)
+        saturated = set(self.streaks.ongoing)
+        kernel = {c for c in saturated if kernel_share(self.cpu.ratios.get(c)) >= sampling.KERNEL_SHARE}
+        if self.sampling.available and \
+                self._guard("kernel functions", self.sampling.update, now, kernel, saturated) is False:
+            self.sampling.off = "the sampler failed"          # said once by _guard
+            self.sampling.stop()
+        for s in ended:
             self._ended(s)
         if self.streaks.ongoing:
-            self._attribute(now)
+            self._attribute(now, bool(kernel))
         else:
             self.kernel.reset()
             self.episode = {}
-        if self.top_at is not None and now - self.top_at > self.window:
-            self.top, self.top_at = [], None
         self._periodic(now)
 
-    def _attribute(self, now: float) -> None:
-        top = self.kernel.scan()
-        if top:
-            self.top, self.top_at = top, now
+    def _attribute(self, now: float, in_kernel: bool) -> None:
+        """The processes that held saturated cores in the kernel: from the sampled cores'
+        samples, or, where sampling is off, from the per-process scan. Kept until the next
+        kernel-time streak: a core busy in user mode later does not replace them."""
+        if self.sampling.available:
+            top = self.sampling.culprits(culprits.TOP)
+        else:
+            top = self.kernel.scan()
+        if top and in_kernel:
+            self.top = top
         for c in top:
             for table in (self.held, self.episode):
                 h = table.get(c.pid)
@@ -90,8 +107,9 @@ class Monitor:
         for s in self.streaks.now_ongoing(now):
             if s.cpu not in self.signalled and s.seconds >= streaks.SIGNATURE_SECONDS and s.in_kernel:
                 self.signalled.add(s.cpu)
-                named = "; ".join(describe(c) for c in top) or "none named yet (a pass over many processes " \
-                    "takes several samples; softirq and irq time is no process's)"
+                named = "; ".join(describe(c, self.function(c.pid, s.cpu)) for c in top) or \
+                    "none named yet (a pass over many processes takes several samples; softirq and irq time is " \
+                    "no process's)"
                 self.log.warn(f"cpu{s.cpu} saturated for {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
                               f"kernel time: {named}")
 
@@ -103,9 +121,17 @@ class Monitor:
             self.signalled.discard(s.cpu)
             held = sorted((h for h in self.episode.values() if h.seconds >= HELD_MIN),
                           key=lambda h: -h.seconds)[:culprits.TOP]
-            named = "; ".join(describe(h) for h in held) or "none named"
+            named = "; ".join(describe(h, self.function(h.pid, s.cpu)) for h in held) or "none named"
             self.log.warn(f"cpu{s.cpu} saturation ended after {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
                           f"kernel time over it: {named}")
+
+    def function(self, pid: int, cpu: int) -> str:
+        """The kernel function pid was sampled in most on cpu ('f <- caller <- ...'), or ''."""
+        prof = self.sampling.profiles().get(cpu)
+        for c in prof.culprits(5, 1) if prof is not None else ():
+            if c.pid == pid and c.functions:
+                return profile.path(c.functions[0])
+        return ""
 
     def _periodic(self, now: float) -> None:
         if now >= self._due["memory"]:
