@@ -7,8 +7,9 @@ at each sample (the scrape runs in the HTTP server's thread).
 from __future__ import annotations
 
 import time
+from collections import deque
 
-from reaper.node import cgroups, culprits, profile, sampling, streaks, zombies
+from reaper.node import cgroups, chain, culprits, nic, profile, sampling, streaks, zombies
 from reaper.nodestats import CpuSampler
 
 SAMPLE_INTERVAL = 1.0
@@ -44,12 +45,16 @@ def kernel_share(r: "dict | None") -> float:
 
 
 class Monitor:
-    def __init__(self, proc: str, sys: str, threshold: float, window: float, log, clock=time.monotonic) -> None:
+    def __init__(self, proc: str, sys: str, threshold: float, window: float, log, clock=time.monotonic,
+                 kmsg_path: "str | None" = None, nic_stats: frozenset = frozenset()) -> None:
         self.proc, self.sys, self.window, self.log, self.clock = proc, sys, window, log, clock
         self.cpu = CpuSampler(proc)             # raises OSError: no proc/stat
         self.streaks = streaks.Streaks(threshold, window)
         self.kernel = culprits.KernelTime(proc, clock=clock)
         self.sampling = sampling.Sampling(proc, log)
+        self.nic = nic.Nic(proc, sys, log, kmsg_path, nic_stats, clock=clock)
+        self.kernel_since: dict = {}  # cpu -> when its ongoing saturation in kernel time began
+        self.spans: deque = deque(maxlen=4 * HELD_MAX)     # chain.Span of ended kernel-time saturations
         self.hier = cgroups.hierarchies(sys)
         self.growth = cgroups.Growth(window)
         self.memory = None          # cgroups.MemoryCgroups
@@ -78,8 +83,16 @@ class Monitor:
                 self._guard("kernel functions", self.sampling.update, now, kernel, saturated) is False:
             self.sampling.off = "the sampler failed"          # said once by _guard
             self.sampling.stop()
+        for cpu in [c for c in self.kernel_since if c not in saturated]:
+            self.spans.append(chain.Span(cpu, self.kernel_since.pop(cpu), now))
+        for cpu in kernel:
+            self.kernel_since.setdefault(cpu, now - self.cpu.seconds.get(cpu, 1.0))
         for s in ended:
             self._ended(s)
+        if self._guard("NIC", self.nic.sample, now, self.kernel_since, self.kernel_spans(now), self.culprit,
+                       self.memory) is False:
+            self.nic.close()
+            self.nic = nic.Nic(self.proc, self.sys, self.log, None)
         if self.streaks.ongoing:
             self._attribute(now, bool(kernel))
         else:
@@ -125,6 +138,26 @@ class Monitor:
             self.log.warn(f"cpu{s.cpu} saturation ended after {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
                           f"kernel time over it: {named}")
 
+    def kernel_spans(self, now: float) -> list:
+        """chain.Span of the saturations in kernel time, ended and ongoing."""
+        return list(self.spans) + [chain.Span(cpu, start, now) for cpu, start in self.kernel_since.items()]
+
+    def culprit(self, cpu: int, when: float) -> str:
+        """Who held cpu in the kernel around when: 'kubelet (pid 123) in f', from the
+        core's samples, else from the processes named on it; '' if nobody."""
+        prof = self.sampling.profiles().get(cpu)
+        if prof is not None and prof.started <= when + chain.SLACK and \
+                (prof.ended is None or prof.ended >= when - chain.LOOKBACK):
+            for c in prof.culprits(3, 1):
+                if c.pid:
+                    comm, _ = self.sampling.name(prof, c.pid)
+                    return f"{comm} (pid {c.pid})" + (f" in {c.functions[0].name}" if c.functions else "")
+        held = [h for h in self.episode.values() if h.cpu == cpu] or [h for h in self.held.values() if h.cpu == cpu]
+        if held:
+            h = max(held, key=lambda h: h.seconds)
+            return f"{h.comm} (pid {h.pid})"
+        return ""
+
     def function(self, pid: int, cpu: int) -> str:
         """The kernel function pid was sampled in most on cpu ('f <- caller <- ...'), or ''."""
         prof = self.sampling.profiles().get(cpu)
@@ -160,6 +193,10 @@ class Monitor:
                 self.failed.add(name)
                 self.log.warn(f"node: reading {name} failed ({e!r}): left out while it fails")
             return False
+
+    def close(self) -> None:
+        self.sampling.stop()
+        self.nic.close()
 
     def refresh(self, now: float) -> None:
         """The periodic reads now (the report's last figures)."""

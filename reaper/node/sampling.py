@@ -136,7 +136,7 @@ class Sampling:
                 break
             comm, _ = self.name(prof, c.pid)
             where = f" in {profile.path(c.functions[0])}" if c.functions else ""
-            out.append(f"{comm} (pid {c.pid}, {c.ratio:.0%} of cpu{prof.cpu}){where}")
+            out.append(f"{comm} (pid {c.pid}, {c.kernel_ratio:.0%} of cpu{prof.cpu}){where}")
         return out
 
     def name(self, prof: profile.Profile, pid: int) -> tuple:
