@@ -13,7 +13,9 @@ Recognized (kind):
                   mlx5: "TX timeout on queue: N, ..."
     soft_lockup   "watchdog: BUG: soft lockup - CPU#N stuck for Ns! [comm:pid]" (device: cpuN)
 
-A message is kernel text but may carry a process's name (a soft lockup's comm) or a
+Only the kernel's own records count (facility 0: a process that writes to /dev/kmsg
+gets the user facility), and a pattern must match from the message's start. A message
+is kernel text but may carry a process's name (a soft lockup's comm) or a
 device's: shown on one line, bounded, never matched against a pattern of its own.
 """
 from __future__ import annotations
@@ -72,10 +74,10 @@ def parse_record(line: str) -> "Event | None":
     if not sep:
         return None
     fields = head.split(",")
-    if len(fields) < 3 or not fields[2].isdigit():
-        return None
+    if len(fields) < 3 or not fields[0].isdigit() or not fields[2].isdigit() or int(fields[0]) >= 8:
+        return None                  # not a record, or not the kernel's (facility 0): a process wrote it
     for kind, pattern in PATTERNS:
-        m = pattern.search(message)
+        m = pattern.match(message)
         if m is None:
             continue
         g = m.groupdict()

@@ -27,6 +27,7 @@ QUEUE_NAME = (re.compile(r"^(?P<dev>[\w.@-]+?)-(?:Tx-Rx|TxRx|txrx|rx-tx)-(?P<que
 QUEUES_MAX = 1024        # queue IRQs watched at most
 STALL_SECONDS = 2.0      # a queue still for this long on a core saturated in kernel time: the warning
 MOVED_WINDOW = 10.0      # ... if it had moved within this long before
+MOVED_RUN = 3            # ... at this many readings in a row (a queue with steady traffic, not an idle one)
 
 
 class Queue(NamedTuple):
@@ -111,16 +112,17 @@ def queues(counts: dict, proc: str = "/proc", sys: str = "/sys") -> dict:
 
 
 class _State:
-    __slots__ = ("count", "still_since", "moved_at", "warned")
+    __slots__ = ("count", "moved_at", "run", "moving", "warned")
 
-    def __init__(self, count: int, now: float) -> None:
-        self.count, self.still_since, self.moved_at, self.warned = count, now, None, False
+    def __init__(self, count: int) -> None:
+        self.count, self.moved_at, self.run, self.moving, self.warned = count, None, 0, False, False
 
 
 class Watch:
     """Fed each reading of the queues' counts; update() returns an irq_stalled Event for
     a queue whose count stood still for STALL_SECONDS while its core was saturated in
-    kernel time for as long, after moving within MOVED_WINDOW before: once a stall."""
+    kernel time for as long, after moving at MOVED_RUN readings in a row, the last within
+    MOVED_WINDOW before: once a stall."""
 
     def __init__(self) -> None:
         self.state: dict = {}        # irq -> _State
@@ -134,18 +136,20 @@ class Watch:
         for irq, (_, n) in counts.items():
             st = self.state.get(irq)
             if st is None:
-                self.state[irq] = _State(n, now)
+                self.state[irq] = _State(n)
                 continue
             if n != st.count:
-                st.count, st.moved_at, st.still_since, st.warned = n, now, now, False
+                st.run = st.run + 1 if st.moving else 1
+                st.count, st.moved_at, st.moving, st.warned = n, now, True, False
                 continue
+            st.moving = False
             q = queue_map.get(irq)
-            if q is None or q.cpu < 0 or st.warned or q.cpu not in kernel_since:
+            if q is None or q.cpu < 0 or st.warned or q.cpu not in kernel_since or st.run < MOVED_RUN:
                 continue
-            since = max(st.still_since, kernel_since[q.cpu])
-            if now - since >= STALL_SECONDS and st.moved_at is not None and since - st.moved_at <= MOVED_WINDOW:
+            since = max(st.moved_at, kernel_since[q.cpu])
+            if now - since >= STALL_SECONDS and since - st.moved_at <= MOVED_WINDOW:
                 st.warned = True
                 events.append(Event(now, "irq_stalled", q.device, "", q.queue, q.cpu,
                                     f"IRQ {irq} of {q.device} queue {q.queue}: no interrupt on cpu{q.cpu} for "
-                                    f"{now - st.still_since:.0f} s while it was saturated in kernel time"))
+                                    f"{now - st.moved_at:.0f} s while it was saturated in kernel time"))
         return events
