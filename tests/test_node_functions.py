@@ -143,16 +143,17 @@ def test_samples_are_parsed_and_a_profile_names_functions_with_their_callers():
 
     syms = kallsyms.parse((DATA / "kallsyms").read_bytes())
     walk = [0xffffffff812a4f40, 0xffffffff812a5010, 0xffffffff8139a020]    # nr_lru_pages <- stat_show <- seq_read_iter
-    data = _sample(123, 124, walk) * 7 + _sample(0, 0, [0xffffffff81e01010]) * 2 + _sample(77, 77, []) \
+    softirq, idle = [0xffffffff81e01010], [0xffffffff81e02010]              # net_rx_action, default_idle
+    data = _sample(123, 124, walk) * 7 + _sample(0, 0, softirq) * 2 + _sample(0, 0, idle) + _sample(77, 77, []) \
         + struct.pack("<IHHQQ", 2, 0, 24, 1, 5)                              # 5 samples lost
     sampler = perf.CpuSampler.__new__(perf.CpuSampler)
     sampler.lost = 0
     samples = sampler._parse(data + b"\x00" * 5)                             # a torn record at the end: ignored
-    assert len(samples) == 10 and sampler.lost == 5
+    assert len(samples) == 11 and sampler.lost == 5
     prof = profile.Profile(1, 0.0)
     prof.add(samples, syms)
-    assert prof.top_functions()[0] == ("mem_cgroup_nr_lru_pages", 0.7)
-    first = prof.culprits()[0]
-    assert (first.pid, first.ratio, first.kernel_ratio) == (123, 0.7, 0.7)
+    assert prof.top_functions() == [("mem_cgroup_nr_lru_pages", 7 / 11), ("net_rx_action", 2 / 11)]   # idle: not work
+    first, second = prof.culprits()                                          # pid 77 ran in user mode only
+    assert (first.pid, first.ratio, first.kernel_ratio) == (123, 7 / 11, 7 / 11)
     assert profile.path(first.functions[0]) == "mem_cgroup_nr_lru_pages <- memcg_stat_show <- seq_read_iter"
-    assert [c.pid for c in prof.culprits()] == [123, 0]                       # pid 77 ran in user mode only
+    assert (second.pid, second.ratio, second.kernel_ratio) == (0, 3 / 11, 2 / 11)     # a softirq on the idle task

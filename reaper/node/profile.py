@@ -9,6 +9,7 @@ cgroup), so the cost does not grow with the processes on the node. Tables are bo
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from reaper.node.perf import KERNEL_MIN
@@ -17,6 +18,7 @@ TOP = 5              # functions of a core (metric labels: bounded)
 CALLERS = 3          # callers shown after a function
 PIDS_MAX = 1024
 FUNCS_MAX = 256
+IDLE = re.compile(r"idle|halt|mwait")     # the idle task's own functions: an idle core, not kernel work
 
 
 class Function(NamedTuple):
@@ -67,9 +69,11 @@ class Profile:
             chain = s.chain or ((s.ip,) if s.ip >= KERNEL_MIN else ())
             if not chain:
                 continue
+            name = symbols.name(chain[0])
+            if s.pid == 0 and IDLE.search(name):
+                continue
             self.kernel += 1
             p.kernel += 1
-            name = symbols.name(chain[0])
             self.funcs[name] = self.funcs.get(name, 0) + 1
             f = p.funcs.get(name)
             if f is None:
