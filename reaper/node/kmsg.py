@@ -49,7 +49,7 @@ KINDS = tuple(dict.fromkeys(k for k, _ in PATTERNS)) + ("irq_stalled",)      # t
 WHAT = {"tx_paused": "TX q {queue} paused for too long", "napi_starved": "napi scheduled but not run",
         "reset": "device reset triggered", "tx_timeout": "transmit queue {queue} timed out",
         "soft_lockup": "soft lockup, cpu{cpu} stuck for {secs} s",
-        "irq_stalled": "queue {queue}'s interrupts stopped"}
+        "irq_stalled": "its interrupt count stood still on cpu{cpu}"}
 
 
 class Event(NamedTuple):
