@@ -226,3 +226,33 @@ def _listening(port: int) -> bool:
         if any(r.split()[1].endswith(":" + hexport) and r.split()[3] == "0A" for r in rows):
             return True
     return False
+
+
+# --- the node's view for reaper stats / top (reaper/node/view.py) ---------------------------------
+
+def test_the_node_view_is_built_from_a_real_scrape_of_reaper_node(tmp_path):
+    """reaper node on a recorded node (dying cgroups held below two pods, the recorded
+    kernel log): its metrics file, parsed as a scraper would, gives the view's rows."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from reaper.node import view
+
+    proc = _recorded(tmp_path, 9)
+    out = tmp_path / "metrics.prom"
+    status, _, err = _finish(_node(["--diagnose", "2", "--proc", str(proc), "--sys", str(DATA / "sys-v2"),
+                                    "--kmsg", str(DATA / "kmsg.incident"), "--metrics-file", str(out),
+                                    "--metrics-interval", "1"]))
+    assert status == 1, err                      # sys-v2: 3,000 dying against 8 live
+    samples = [s for f in text_string_to_metric_families(out.read_text()) for s in f.samples]
+    rows = view.rows(samples, before=samples, seconds=1.0)
+    text = {section: [t for sec, t in rows if sec == section] for section in {sec for sec, _ in rows}}
+    assert text["cores"] == ["no core saturated in the window"]
+    assert text["memory"] == ["memory cgroups: live 8, dying 3,000",
+                              "dying ones held below: /kubepods.slice/pod-aaa.slice (1,990), "
+                              "/system.slice/ecs-agent.service (990), /kubepods.slice/pod-bbb.slice (10), "
+                              "/system.slice (10)"]
+    (nic,) = text["nic"]
+    assert nic.startswith("events: ") and "eth0 tx_paused 1" in nic and "cpu39 soft_lockup 1" in nic, nic
+    assert text["pressure"][0].startswith("stalled: cpu full 0.0%, cpu some 0.0%, io full"), text["pressure"]
+    assert [sec for sec, _ in rows] == sorted((sec for sec, _ in rows), key=["cores", "functions", "culprits",
+                                                                             "memory", "nic", "pressure"].index)
