@@ -7,7 +7,6 @@ said once and the run goes on; the sample parser and the symbol table on recorde
 bytes."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -19,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
-from metrics_helpers import wait_healthy, wait_scrape
-from test_node import _finish, _idle_core, _node, burner  # noqa: F401 (burner: a fixture)
+from metrics_helpers import wait_scrape
+from test_node import _finish, burner, watching  # noqa: F401 (burner: a fixture)
 
 DATA = Path(__file__).resolve().parent / "data" / "node"
 PERF = shutil.which("perf")
@@ -57,13 +55,8 @@ def _perf_reference(cpu: int, comm: str, tmp_path: Path, seconds: int = 3) -> tu
 @pytest.mark.skipif(PERF is None, reason="needs Debian's perf as the reference")
 @pytest.mark.xdist_group("cpu-heavy")     # one core must be saturated by the test alone
 def test_the_kernel_function_of_a_core_burnt_in_the_kernel_is_the_one_perf_finds(burner, tmp_path):
-    port = free_port()
-    node = _node(["--diagnose", "120", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"])
+    node, port, _, cpu = watching()
     try:
-        wait_healthy(port)
-        s = wait_scrape(port, lambda s: _idle_core(s) is not None, "a core not saturated by other work",
-                        timeout=60)
-        cpu = _idle_core(s)
         label = str(cpu)
         dd = burner(cpu)
         s = wait_scrape(port, lambda s: _functions(s, label)
@@ -115,8 +108,8 @@ def test_sampling_not_permitted_is_said_once_and_the_run_goes_on():
     assert r.returncode == 0, r.stderr
     (available, count), line = r.stdout.splitlines()[0].split(), r.stdout.splitlines()[1]
     assert (available, count) == ("False", "1"), r.stdout
-    assert line.startswith("node: kernel functions not sampled: ") and ("CAP_PERFMON" in line or "CAP_SYSLOG" in line), \
-        line
+    assert line.startswith("node: kernel functions not sampled: "), line
+    assert "CAP_PERFMON" in line or "CAP_SYSLOG" in line, line
 
 
 def test_kallsyms_names_an_address_by_the_function_that_holds_it():

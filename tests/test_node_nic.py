@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REAPER, free_port, wait_for
-from metrics_helpers import Scrape, wait_healthy, wait_scrape
-from test_node import _finish, _idle_core, _node, _recorded, burner  # noqa: F401 (burner: a fixture)
+from metrics_helpers import Scrape, wait_scrape
+from test_node import _finish, _node, _recorded, burner, watching  # noqa: F401 (burner: a fixture)
 
 DATA = Path(__file__).resolve().parent / "data" / "node"
 
@@ -151,14 +151,8 @@ def test_a_nic_stall_after_a_core_held_in_the_kernel_is_one_chain_and_exit_1(bur
     its kernel function; exit 1; one WARN line; the metrics count the events and the chain."""
     kmsg = tmp_path / "kmsg"
     kmsg.write_text((DATA / "kmsg.incident").read_text().splitlines()[0] + "\n")   # an old, unrelated record
-    port = free_port()
-    node = _node(["--diagnose", "120", "--kmsg", str(kmsg), "--metrics-port", str(port),
-                  "--metrics-address", "127.0.0.1"])
+    node, port, _, cpu = watching(["--kmsg", str(kmsg)])
     try:
-        wait_healthy(port)
-        s = wait_scrape(port, lambda s: _idle_core(s) is not None, "a core not saturated by other work",
-                        timeout=60)
-        cpu = _idle_core(s)
         dd = burner(cpu)
         wait_scrape(port, lambda s: s.value("reaper_node_cpu_saturation_streak_seconds", cpu=str(cpu)) >= 3
                     and s.samples("reaper_node_kernel_function_top_ratio"), f"cpu{cpu} held for 3 s", timeout=30)

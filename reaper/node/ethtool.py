@@ -58,7 +58,8 @@ def names(sock: socket.socket, iface: str) -> list:
     _ioctl(sock, iface, buf)
     n = min(struct.unpack_from("<I", buf.raw, 8)[0], count)
     raw = buf.raw[12:12 + n * GSTRING_LEN]
-    return [raw[i:i + GSTRING_LEN].split(b"\0", 1)[0].decode("ascii", "replace") for i in range(0, len(raw), GSTRING_LEN)]
+    return [raw[i:i + GSTRING_LEN].split(b"\0", 1)[0].decode("ascii", "replace")
+            for i in range(0, len(raw), GSTRING_LEN)]
 
 
 def values(sock: socket.socket, iface: str, count: int) -> list:

@@ -45,7 +45,8 @@ def _cpu_key(s) -> int:
 
 def _cores(got: dict) -> list:
     now = {s.labels.get("cpu"): s.value for s in got.get("reaper_node_cpu_saturation_streak_seconds", ())}
-    longest = sorted(got.get("reaper_node_cpu_saturation_streak_max_seconds", ()), key=lambda s: (-s.value, _cpu_key(s)))
+    longest = sorted(got.get("reaper_node_cpu_saturation_streak_max_seconds", ()),
+                     key=lambda s: (-s.value, _cpu_key(s)))
     out = []
     for s in longest:
         cpu = s.labels.get("cpu", "?")
