@@ -250,3 +250,14 @@ def test_the_node_view_is_built_from_a_real_scrape_of_reaper_node(tmp_path):
     assert text["pressure"][0].startswith("stalled: cpu full 0.0%, cpu some 0.0%, io full"), text["pressure"]
     assert [sec for sec, _ in rows] == sorted((sec for sec, _ in rows), key=["cores", "functions", "culprits",
                                                                              "memory", "nic", "pressure"].index)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--kmsg", "/nonexistent/kmsg"], "--kmsg: no such file: '/nonexistent/kmsg'"),
+    (["--nic-stats", "a b"], "--nic-stats: expected a statistic's name as `ethtool -S` prints it, not 'a b'"),
+    (["--nic-stats"], "option --nic-stats requires an argument"),
+])
+def test_bad_nic_options_are_one_line_and_exit_2(args, needle):
+    r = subprocess.run([REAPER, "node", "--diagnose", "1", *args], capture_output=True, text=True, timeout=30)
+    assert (r.returncode, r.stdout) == (2, ""), r
+    assert r.stderr.splitlines() == [f"reaper node: {needle} (see 'reaper node --help')"], r.stderr

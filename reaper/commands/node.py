@@ -65,7 +65,8 @@ class NodeDefaults(options.Config):
 
 
 NODE_OPTIONS = (
-    Option("window", "", "node_window", "value", "seconds the longest streak and the culprits are kept ({default})",
+    Option("window", "", "node_window", "value", "seconds the longest streak and the dying cgroups' growth are kept "
+           "({default})",
            "SECONDS", options.seconds, env=("REAPER_NODE_WINDOW",)),
     Option("threshold", "", "node_threshold", "value", "busy percent at which a core is saturated (95)",
            "PERCENT", _percent, env=("REAPER_NODE_THRESHOLD",)),
@@ -123,9 +124,10 @@ def help_text() -> str:
             "       reaper node --diagnose SECONDS [OPTIONS]",
             "",
             "The node's detector: per-core saturation streaks, the processes holding a",
-            "saturated core in the kernel, live and dying memory cgroups, pressure,",
-            "softnet, interrupts, zombies by cgroup. Read-only. Every option also reads",
-            "the REAPER_* environment variable shown beside it; a flag wins over it."]
+            "saturated core in the kernel and their kernel functions, NIC stalls and",
+            "resets tied to that core, live and dying memory cgroups, pressure, softnet,",
+            "interrupts, zombies by cgroup. Read-only. Every option also reads the",
+            "REAPER_* environment variable shown beside it; a flag wins over it."]
     rows = usage.option_rows(FLAGS, NodeDefaults, HELP) + [("", ""), usage.HELP_ROW, usage.VERSION_ROW]
     environment = (("REAPER_QUIET", "errors only (as REAPER_VERBOSITY=0)"),)
     return usage.render(head, rows + usage.tail(environment, "docs/reaper-node.md"))
