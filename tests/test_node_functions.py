@@ -7,6 +7,7 @@ said once and the run goes on; the sample parser and the symbol table on recorde
 bytes."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -150,3 +151,73 @@ def test_samples_are_parsed_and_a_profile_names_functions_with_their_callers():
     assert (first.pid, first.ratio, first.kernel_ratio) == (123, 7 / 11, 7 / 11)
     assert profile.path(first.functions[0]) == "mem_cgroup_nr_lru_pages <- memcg_stat_show <- seq_read_iter"
     assert (second.pid, second.ratio, second.kernel_ratio) == (0, 3 / 11, 2 / 11)     # a softirq on the idle task
+
+
+# --- the culprits stay until the next kernel-time streak ---------------------------------------------
+
+class _Node:
+    """A recorded-style /proc of two cores and two processes, advanced by hand: core 0 at
+    100 % system or user time, and each process's system time."""
+
+    def __init__(self, root: Path) -> None:
+        self.proc = root / "proc"
+        self.proc.mkdir()
+        self.jiffies = {0: [0] * 8, 1: [0] * 8}
+        self.stime = {2412: 0, 3001: 0}
+        for pid, name in ((2412, "kubelet"), (3001, "trainer")):
+            (self.proc / str(pid)).mkdir()
+            (self.proc / str(pid) / "cgroup").write_text(f"0::/{name}.slice\n")
+        self.names = {2412: "kubelet", 3001: "trainer"}
+
+    def second(self, mode: int, grows: dict) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        self.jiffies[0][mode] += tick
+        self.jiffies[1][3] += tick
+        lines = [f"cpu{c} " + " ".join(map(str, j)) for c, j in self.jiffies.items()]
+        (self.proc / "stat").write_text("cpu  0 0 0 0 0 0 0 0\n" + "\n".join(lines) + "\nintr 0\n")
+        for pid, ticks in grows.items():
+            self.stime[pid] += ticks
+        for pid, st in self.stime.items():
+            f = ["R", "1"] + ["0"] * 10 + [str(st)] + ["0"] * 6 + ["500"] + ["0"] * 16 + ["0"] + ["0"] * 5
+            (self.proc / str(pid) / "stat").write_text(f"{pid} ({self.names[pid]}) " + " ".join(f) + "\n")
+
+
+def test_the_culprits_of_a_kernel_time_streak_stay_until_the_next_one(tmp_path):
+    """On-call finding (issue 35): a later streak in user mode (a training node's usual
+    state) named a process at 1 % of a core in place of the kernel-time culprit. Now the
+    culprits are replaced only by the next kernel-time streak. (No kallsyms in this /proc:
+    sampling is off, said once, and the per-process scan names them.)"""
+    from reaper.node.monitor import Monitor
+
+    class Log:
+        lines: list = []
+
+        def warn(self, text):
+            self.lines.append(text)
+
+    node = _Node(tmp_path)
+    node.second(2, {})
+    clock = [100.0]
+    m = Monitor(str(node.proc), str(tmp_path), 0.95, 600.0, Log(), clock=lambda: clock[0])
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def second(mode, grows):
+        node.second(mode, grows)
+        clock[0] += 1.0
+        m.sample(clock[0])
+
+    for _ in range(4):                                  # kernel time: kubelet
+        second(2, {2412: tick})
+    assert [c.comm for c in m.top] == ["kubelet"]
+    for _ in range(2):
+        second(3, {})                                   # core 0 idle: the streak ends
+    for _ in range(4):                                  # a user-time streak: trainer's 2 % system time
+        second(0, {3001: max(1, tick // 50)})
+    assert [c.comm for c in m.top] == ["kubelet"], m.top
+    for _ in range(2):
+        second(3, {})
+    for _ in range(4):                                  # the next kernel-time streak: trainer
+        second(2, {3001: tick})
+    assert [c.comm for c in m.top] == ["trainer"]
+    assert [ln for ln in Log.lines if "not sampled" in ln] == [
+        f"node: kernel functions not sampled: {node.proc}/kallsyms: No such file or directory"]
