@@ -266,7 +266,8 @@ def test_a_quiet_node_exits_0_with_a_report_that_says_so(tmp_path):
     assert "  live 4, dying 2\n" in out
     assert "Pressure (share of the watch stalled): cpu some 0.0%, full 0.0%; " in out     # a file that stands still
     assert "irq full 0.0%" in out
-    assert out.rstrip().endswith("dying memory cgroups not over 10 times the live ones and 1000.")
+    assert out.rstrip().endswith("dying memory cgroups not over 10 times the live ones and 1000, and no NIC event "
+                                 "after a core saturated in kernel time.")
     assert "Zombie processes on the host: 1; by cgroup: /kubepods.slice/kubepods-burstable.slice/" in out
     assert err == ""
 

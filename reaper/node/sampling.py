@@ -30,7 +30,7 @@ class Identity:
         hit = self.known.get(pid)
         if hit is None:
             if pid == 0:
-                hit = ("[idle or interrupts]", "")
+                hit = ("[idle, or outside this PID namespace]", "")
             else:
                 st = stat_fields(pid, self.proc, maxsplit=1)
                 comm = display(st[0]) if st is not None else "?"
