@@ -77,7 +77,8 @@ class NodeCollector:
             yield g
             available["kernel_functions"] = m.sampling.available
             yield from self._nic(C, available)
-            yield C("reaper_node_kernel_time_scans", "Per-process scans (one a sample while a core is saturated)",
+            yield C("reaper_node_kernel_time_scans", "Per-process scans (one a sample while a core is saturated and "
+                                                    "sampling is off)",
                     value=m.kernel.scans)
             available["processes"] = m.kernel.available and m.zombies is not None
             mem = m.memory
