@@ -177,6 +177,67 @@ def test_no_import_cycles():
                          "move what both need to a module of its own:\n" + "\n".join(lines))
 
 
+MAX_MODULE_LINES = 700     # a module past this is two concerns (docs/architecture.md)
+
+
+def private_reach_ins(modules: dict) -> list:
+    """Where a module of the package takes a private name (_x) of another: imports it
+    (from reaper.a import _x) or reads it through the module (a._x, reaper.a._x). A
+    private module (reaper._native, the typed facade of the C core) imported whole is
+    the package's own and no reach-in; a name inside it is."""
+    found = []
+    for name, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+        aliases = {}                              # local name -> the module of the package it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _base(name, is_package, node)
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    if full in modules:
+                        aliases[a.asname or a.name] = full
+                    elif a.name.startswith("_") and not a.name.startswith("__") and base in modules \
+                            and base != name:
+                        found.append(f"{path.name}:{node.lineno}: from {base} import {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in modules:
+                        aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            base, dotted = node.value, []
+            while isinstance(base, ast.Attribute):
+                dotted.insert(0, base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                owner = ".".join([aliases[base.id]] + dotted)
+                if owner in modules and owner != name and f"{owner}.{node.attr}" not in modules:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names(tmp_path):
+    assert private_reach_ins(_modules()) == []
+    # The control: the check sees both forms, and lets a private module imported whole pass.
+    pkg = tmp_path / "reaper"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_core.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("_x = 1\n")
+    (pkg / "b.py").write_text("from reaper.a import _x\nfrom reaper import a, _core\nprint(a._x, _core)\n")
+    fake = {"reaper": pkg / "__init__.py", "reaper.a": pkg / "a" / "__init__.py",
+            "reaper._core": pkg / "_core.py", "reaper.b": pkg / "b.py"}
+    assert private_reach_ins(fake) == ["b.py:1: from reaper.a import _x", "b.py:3: a._x"]
+
+
+def test_no_module_is_over_700_lines():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert len(sizes) > 50                        # the package was found
+    assert {n: k for n, k in sizes.items() if k > MAX_MODULE_LINES} == {}
+
+
 def test_text_helpers_and_signals_import_no_other_module_of_reaper():
     """The modules every layer uses, on the way to the exec too, sit at the bottom."""
     graph = import_graph()
