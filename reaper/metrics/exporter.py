@@ -72,7 +72,7 @@ class Exporter:
                                          name="reaper-metrics-sampler", daemon=True)
         self._sampler.start()
         if self.sock is not None:
-            self._serve()
+            self.serve_http()
             self.log.debug(f"metrics: serving on {self.sock.getsockname()[:2]}")
 
     def serve(self, collector) -> None:
@@ -86,7 +86,7 @@ class Exporter:
             self.file_registry = CollectorRegistry()
             self.file_registry.register(collector)
         if self.sock is not None:
-            self._serve()
+            self.serve_http()
 
     def retry_bind(self):
         """One bind of a port that was taken: seconds until the next try, or None once
@@ -97,7 +97,7 @@ class Exporter:
             self._retry = BindRetry(self)
         return self._retry.once()
 
-    def _serve(self) -> None:
+    def serve_http(self) -> None:
         """Serves HTTP on self.sock from the server thread (started once, here)."""
         from prometheus_client import CollectorRegistry, ProcessCollector
 

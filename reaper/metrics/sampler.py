@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from reaper.policy import Policy
+from reaper.policy import Backoff, Policy
 
 SAMPLE_INTERVAL = 1.0       # seconds between per-core CPU samples
 CGROUP_INTERVAL = 10.0      # seconds between counts of visible memory cgroups (walks a directory tree)
@@ -57,7 +57,7 @@ def run(x, stop) -> None:
         policy.start(FILE, lambda: Part(x.write_file, x.cfg.metrics_interval, time.monotonic()))
     if x.later is not None and x.sock is None:
         retry = BindRetry(x)
-        policy.start(PORT, lambda: Part(retry.step, 0.0, now + retry.wait))
+        policy.start(PORT, lambda: Part(retry.step, 0.0, now + retry.first))
     while True:
         now = time.monotonic()
         policy.tick(now)
@@ -101,7 +101,8 @@ class BindRetry:
 
     def __init__(self, x) -> None:
         self.x = x
-        self.wait, self.ceiling = x.bind_backoff()
+        self.first, most = x.bind_backoff()   # the first try `first` after the start, then doubling
+        self.backoff = Backoff(2 * self.first, most)
         self.tries = 0
 
     def once(self):
@@ -117,12 +118,12 @@ class BindRetry:
         except OSError as e:
             if not port.for_now(e):
                 raise
-            self.wait = min(self.wait * 2, self.ceiling)    # 1 s after the start, 2, 4 ... 30
-            x.log.debug(f"metrics: {port.problem(e)}; next try in {self.wait:g} s")
-            return self.wait
+            wait = self.backoff.next()                   # 1 s after the start, then 2, 4 ... 30
+            x.log.debug(f"metrics: {port.problem(e)}; next try in {wait:g} s")
+            return wait
         x.sock = sock
         try:
-            x._serve()
+            x.serve_http()
         except BaseException:
             x.release()
             x.server = x.sock = None

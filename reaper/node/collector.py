@@ -44,7 +44,7 @@ class NodeCollector:
             st = m.streaks
             yield G("reaper_node_cpu_saturation_threshold_ratio", "Busy share at or above which a core counts as "
                                                                   "saturated (--threshold)", value=st.threshold)
-            available["proc_stat"] = m.cpu.available and "per-core CPU" not in m.failed
+            available["proc_stat"] = m.cpu.available and "per-core CPU" not in m.guard.failed
             cur = G("reaper_node_cpu_saturation_streak_seconds", "How long the core has been saturated without a "
                                                                  "break (0 when it is not)", labels=["cpu"])
             top = G("reaper_node_cpu_saturation_streak_max_seconds", "The core's longest saturation streak, ended "

@@ -11,6 +11,7 @@ from collections import deque
 
 from reaper.node import cgroups, chain, culprits, nic, profile, sampling, streaks, zombies
 from reaper.nodestats import CpuSampler
+from reaper.policy import SayOnce
 
 SAMPLE_INTERVAL = 1.0
 CGROUP_INTERVAL = 10.0      # live directories walked, /proc/cgroups or cgroup.stat read
@@ -68,20 +69,22 @@ class Monitor:
         self.ended: list = []       # completed streaks of the run, the longest kept (the report)
         self.samples = 0
         self._due = {"memory": 0.0, "holders": 0.0, "zombies": 0.0}
-        self.failed: set = set()
+        # Each reader fails alone: said once, left out while it fails (its value False).
+        self.guard = SayOnce(lambda name, e: log.warn(f"node: reading {name} failed ({e!r}): left out while it fails"),
+                             default=False)
 
     # --- one sample --------------------------------------------------------------
 
     def sample(self, now: float) -> None:
         self.samples += 1
-        if self._guard("per-core CPU", self.cpu.sample) is False:
+        if self.guard.run("per-core CPU", self.cpu.sample) is False:
             self.cpu.ratios, self.cpu.seconds = {}, {}      # stale ratios would look live
         ended = self.streaks.update(now, self.cpu.ratios, self.cpu.seconds)
         saturated = set(self.streaks.ongoing)
         kernel = {c for c in saturated if kernel_share(self.cpu.ratios.get(c)) >= sampling.KERNEL_SHARE}
         if self.sampling.available and \
-                self._guard("kernel functions", self.sampling.update, now, kernel, saturated) is False:
-            self.sampling.off = "the sampler failed"          # said once by _guard
+                self.guard.run("kernel functions", self.sampling.update, now, kernel, saturated) is False:
+            self.sampling.off = "the sampler failed"          # said once by the guard
             self.sampling.stop()
         for cpu in [c for c in self.kernel_since if c not in saturated]:
             self.spans.append(chain.Span(cpu, self.kernel_since.pop(cpu), now))
@@ -89,7 +92,7 @@ class Monitor:
             self.kernel_since.setdefault(cpu, now - self.cpu.seconds.get(cpu, 1.0))
         for s in ended:
             self._ended(s)
-        if self._guard("NIC", self.nic.sample, now, self.kernel_since, self.kernel_spans(now), self.culprit,
+        if self.guard.run("NIC", self.nic.sample, now, self.kernel_since, self.kernel_spans(now), self.culprit,
                        self.memory) is False:
             self.nic.close()
             self.nic = nic.Nic(self.proc, self.sys, self.log, None)
@@ -169,7 +172,7 @@ class Monitor:
     def _periodic(self, now: float) -> None:
         if now >= self._due["memory"]:
             self._due["memory"] = now + CGROUP_INTERVAL
-            m = self._guard("memory cgroups", cgroups.memory_cgroups, self.proc, self.sys, self.hier) or None
+            m = self.guard.run("memory cgroups", cgroups.memory_cgroups, self.proc, self.sys, self.hier) or None
             self.memory = m
             if m is not None:
                 self.first_memory = self.first_memory or m
@@ -177,22 +180,11 @@ class Monitor:
         if now >= self._due["holders"]:
             self._due["holders"] = now + HOLDERS_INTERVAL
             if self.hier.v2 is not None:
-                self.holders = self._guard("dying cgroup holders", cgroups.holders, self.hier.v2,
+                self.holders = self.guard.run("dying cgroup holders", cgroups.holders, self.hier.v2,
                                            self.hier.v2_memory) or []
         if now >= self._due["zombies"]:
             self._due["zombies"] = now + ZOMBIE_INTERVAL
-            self.zombies = self._guard("zombies", zombies.count_zombies, self.proc) or None
-
-    def _guard(self, name: str, fn, *args):
-        """fn(*args); a failure (a file gone under --proc, or a bug: the readers return None
-        for what they cannot read) is one warning, and False."""
-        try:
-            return fn(*args)
-        except Exception as e:
-            if name not in self.failed:
-                self.failed.add(name)
-                self.log.warn(f"node: reading {name} failed ({e!r}): left out while it fails")
-            return False
+            self.zombies = self.guard.run("zombies", zombies.count_zombies, self.proc) or None
 
     def close(self) -> None:
         self.sampling.stop()
