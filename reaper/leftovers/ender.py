@@ -19,34 +19,13 @@ import os
 import _signal as signal
 
 from reaper.procctl import Gone, Handle, signal_one
-from reaper.procfs.processes import read_counters, read_stat
+from reaper.procfs.processes import read_all_children, read_counters, read_stat
 from reaper.text import display
 
 SWEEP_EVERY = 0.1        # seconds between sweeps while an end runs
 VERIFY_FOR = 2.0         # seconds after the SIGKILL an end waits for its leftovers to go
 STOP_ROUNDS = 50         # SIGSTOP rounds at most (each finds the children forked before it)
 MAX_LEFTOVERS = 4096     # of one owner, followed at most
-
-
-def children(pid: int) -> list:
-    """pid's children, every thread's (a thread may fork too)."""
-    out = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            out.extend(int(x) for x in os.read(fd, 1 << 16).split())
-        except (OSError, ValueError):
-            pass
-        finally:
-            os.close(fd)
-    return out
 
 
 def start_of(pid: int) -> "int | None":
@@ -108,7 +87,7 @@ class End:
         """Adds what the members forked since (their children, recursively); the new keys."""
         new, todo = [], [k[0] for k in self.alive()]
         while todo:
-            for c in children(todo.pop()):
+            for c in read_all_children(todo.pop()):
                 s = start_of(c)
                 if s is not None and self._add((c, s)):
                     new.append((c, s))

@@ -9,6 +9,7 @@ import time
 from collections import deque
 
 from reaper.node import chain, ethtool, kmsg, queues
+from reaper.procfs import system
 
 QUEUE_MAP_INTERVAL = 60.0    # IRQs of the NIC queues and their cores, read again
 QUEUE_IDLE_INTERVAL = 5.0    # /proc/interrupts read this often while no core is saturated in kernel time
@@ -100,11 +101,10 @@ class Nic:
         if now < self._due["queues"] and not kernel_since:
             return []
         self._due["queues"] = now + QUEUE_IDLE_INTERVAL
-        try:
-            with open(f"{self.proc}/interrupts") as f:
-                counts = queues.parse_queue_counts(f.read())
-        except OSError:
+        parsed = system.read_interrupts(self.proc)
+        if parsed is None:
             return []
+        counts = queues.queue_counts(parsed)
         if now >= self._due["map"] or any(irq not in self.queue_map for irq in counts):
             self._due["map"] = now + QUEUE_MAP_INTERVAL
             self.queue_map = queues.queues(counts, self.proc, self.sys)

@@ -21,6 +21,7 @@ import re
 from typing import NamedTuple
 
 from reaper.node.kmsg import Event
+from reaper.procfs import system
 
 QUEUE_NAME = (re.compile(r"^(?P<dev>[\w.@-]+?)-(?:Tx-Rx|TxRx|txrx|rx-tx)-(?P<queue>\d+)$"),
               re.compile(r"^(?P<dev>virtio\d+)-(?:input|output)\.(?P<queue>\d+)$"))
@@ -40,20 +41,17 @@ class Queue(NamedTuple):
 def parse_queue_counts(text: str) -> dict:
     """irq -> (name, interrupts summed over the cores) for the lines whose name is a
     NIC queue's."""
+    return queue_counts(system.parse_interrupts(text))
+
+
+def queue_counts(parsed: tuple) -> dict:
+    cpus, lines = parsed
     out = {}
-    lines = text.splitlines()
-    ncpu = sum(1 for w in lines[0].split() if w.startswith("CPU")) if lines else 0
-    for line in lines[1:]:
-        num, sep, rest = line.partition(":")
-        num = num.strip()
-        if not sep or not num.isdigit():
+    for line in lines:
+        if not line.irq.isdigit() or len(line.counts) < len(cpus) or \
+                not any(p.match(line.name) for p in QUEUE_NAME):
             continue
-        words = rest.split()
-        if not words or not any(p.match(words[-1]) for p in QUEUE_NAME):
-            continue
-        counts = words[:ncpu]
-        if all(c.isdigit() for c in counts):
-            out[int(num)] = (words[-1], sum(int(c) for c in counts))
+        out[int(line.irq)] = (line.name, sum(line.counts))
         if len(out) >= QUEUES_MAX:
             break
     return out
@@ -65,15 +63,9 @@ def _first_cpu(text: str) -> int:
 
 
 def irq_cpu(irq: int, proc: str = "/proc") -> int:
-    for name in ("effective_affinity_list", "smp_affinity_list"):
-        try:
-            with open(f"{proc}/irq/{irq}/{name}") as f:
-                cpu = _first_cpu(f.read(256))
-            if cpu >= 0:
-                return cpu
-        except OSError:
-            continue
-    return -1
+    """The first CPU serving irq (its effective affinity, else its smp affinity); -1: unknown."""
+    text = system.read_irq_affinity(irq, proc, ("effective_affinity_list", "smp_affinity_list"))
+    return -1 if text is None else _first_cpu(text)
 
 
 def virtio_interfaces(sys: str = "/sys") -> dict:

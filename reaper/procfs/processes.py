@@ -164,8 +164,25 @@ def descendants(table: dict, root: int) -> set:
 
 def read_children(pid: int) -> list:
     """Direct children of pid's main thread (one small read)."""
+    return _thread_children(pid, pid)
+
+
+def read_all_children(pid: int) -> list:
+    """Direct children of every thread of pid (a thread may fork too)."""
     try:
-        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tids:
+        if tid.isdigit():
+            out += _thread_children(pid, int(tid))
+    return out
+
+
+def _thread_children(pid: int, tid: int) -> list:
+    try:
+        fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
     except OSError:
         return []
     try:
