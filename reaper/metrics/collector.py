@@ -6,27 +6,23 @@ from __future__ import annotations
 from reaper.metrics import names as N
 from reaper.metrics.reading import Reading
 from reaper.metrics.sections import SECTIONS
+from reaper.policy import SayOnce
 
 # What the sections read; reaper_source_available says which they could read for a scrape.
 SOURCES = ("proc", "proc_stat", "proc_cgroups", "cgroup_pids", "cgroup_tree", "cgroup_stat", "self_memory")
 
 
-class Guard:
-    """A scrape-time guard: a part whose collection raises is left out of that scrape
-    (said once, the first time), the rest is served; it is asked again next scrape."""
+def guard(log) -> SayOnce:
+    """A scrape-time guard (policy.SayOnce): a part whose collection raises is left out
+    of that scrape (said once, the first time), the rest is served; it is asked again
+    next scrape. run(name, collected, collect, *args)."""
+    return SayOnce(lambda name, e: log.warn(f"metrics: collecting {name} failed ({e!r}): left out while it fails"),
+                   default=[])
 
-    def __init__(self, log) -> None:
-        self.log = log
-        self.failed: set = set()        # names already said
 
-    def run(self, name: str, collect, *args) -> list:
-        try:
-            return list(collect(*args))
-        except Exception as e:
-            if name not in self.failed:
-                self.failed.add(name)
-                self.log.warn(f"metrics: collecting {name} failed ({e!r}): left out while it fails")
-            return []
+def collected(collect, *args) -> list:
+    """collect(*args)'s families as a list: a generator raises while it is run, inside the guard."""
+    return list(collect(*args))
 
 
 class Guarded:
@@ -34,10 +30,10 @@ class Guarded:
 
     def __init__(self, inner, name: str, log) -> None:
         self.inner, self.name = inner, name
-        self.guard = Guard(log)
+        self.guard = guard(log)
 
     def collect(self):
-        return self.guard.run(self.name, self.inner.collect)
+        return self.guard.run(self.name, collected, self.inner.collect)
 
 
 class ReaperCollector:
@@ -45,14 +41,14 @@ class ReaperCollector:
 
     def __init__(self, exporter, scope) -> None:
         self.reading = Reading(exporter, scope)
-        self.guard = Guard(exporter.log)
+        self.guard = guard(exporter.log)
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
         r, available = self.reading, {}
         for name, section in SECTIONS:
-            yield from self.guard.run(name, section, r, available)
+            yield from self.guard.run(name, collected, section, r, available)
         g = GaugeMetricFamily(N.SOURCE_AVAILABLE,
                               "1 if reaper could read the source for this scrape; the metrics of a source "
                               "it could not read are left out", labels=["source"])

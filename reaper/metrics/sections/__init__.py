@@ -2,7 +2,7 @@
 Each is collect(reading, available): it yields metric families from a
 reaper.metrics.reading.Reading and sets available[source] for the sources of
 collector.SOURCES it reads. A section that raises is left out of that scrape
-(collector.Guard). A new section: a module here, a row below, its names in
+(collector.guard, policy.SayOnce). A new section: a module here, a row below, its names in
 reaper/metrics/names.py, its rows in docs/metrics.md.
 """
 from reaper.metrics.sections import (budget, cgroup_pids, drain, errors, identity, leftovers, main_child,
