@@ -1,0 +1,96 @@
+"""CPU budgets a stray tried to slip (issue 33, points 1, 2 and 13; issue 36, point 5),
+on real processes under reaper as PID 1 of a fresh PID namespace:
+
+- waited children: a stray that does its work in short children it waits for (a
+  fork-per-job loop, a shell pipeline in a loop) is held: its lineage's CPU includes
+  what its members reaped (cutime+cstime);
+- SIGCONT against the duty cycle: where reaper cannot make cgroups, a companion that
+  resumes a stopped stray every 2 ms gets it ended (the duty cycle cannot hold it),
+  said once, counted, and no longer called throttled;
+- escapes at the edge: a stray that writes itself out of its throttle cgroup right
+  after each move back is held within its budget all the same;
+- the warning names the member that burns the CPU, once per episode.
+
+CPU is shared with other work on the machine: the bounds are generous."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+import budget_helpers as bh
+from conftest import PYTHON, Reaper, pids_with_arg, summary_file, wait_for
+
+heavy = pytest.mark.xdist_group("cpu-heavy")   # CPU shares are measured: one at a time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def start(reaper, args, command, **kw) -> Reaper:
+    r = reaper([*args, "--", *command], **kw)
+    r.wait_ready()
+    return r
+
+
+def lineage_cpu(pid: int) -> float:
+    """CPU seconds pid used and reaped (utime+stime+cutime+cstime): a waiting loop's all."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return sum(int(x) for x in fields[11:15]) / CLK_TCK
+
+
+def loop_pid(tag: str) -> int:
+    """The live process whose last argument is tag (a `sh -c SCRIPT tag` or `python -c CODE tag`)."""
+    def one():
+        found = [p for p in pids_with_arg(tag, last=True) if bh._comm(p) in ("sh", "python", "python3")]
+        return found[0] if found else None
+    return wait_for(one, 30, what=f"the loop tagged {tag}")
+
+
+# A job per fork: the child burns 40 ms, the parent waits for it and forks the next.
+FORK_BURN = r"""
+import os, sys, time
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    pid = os.fork()
+    if pid == 0:
+        t = time.monotonic() + 0.04
+        while time.monotonic() < t:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+HASH_LOOP = "end=$(( $(date +%s) + 60 )); while [ $(date +%s) -lt $end ]; do " \
+            "head -c 3000000 /dev/urandom | md5sum >/dev/null; done"
+
+
+@heavy
+@pytest.mark.parametrize("loop", ["fork-burn", "sh-pipeline"])
+def test_a_stray_working_in_children_it_waits_for_is_held(reaper, tmp_path, loop):
+    """On main the lineage's CPU was its members' own: a loop whose work is done by
+    children it waits for used ~0.9 cores (13.5 CPU-s in 15 s), budget_actions {}."""
+    tag, summary = bh.marker(), tmp_path / "summary.json"
+    if loop == "fork-burn":
+        code = FORK_BURN.replace("'", "'\\''")
+        cmd = f"{PYTHON} -c '{code}' {tag}"
+    else:
+        cmd = f"sh -c '{HASH_LOOP}' {tag}"
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "throttle", "--budget-grace", "2",
+                       "--budget-window", "5", "--summary-file", str(summary)],
+              bh.orphans_then_sleep(cmd))
+    pid = loop_pid(tag)
+    # Held once its grace is over and its window shows it (main: never).
+    wait_for(lambda: "reaper-strays." in bh.cpu_cgroup(pid) or bh.stat(pid)["state"] == "T", 30, 0.05,
+             what="the loop throttled")
+    time.sleep(2)                                   # the cap settles
+    c1, t1 = lineage_cpu(pid), time.monotonic()
+    time.sleep(6)
+    rate = (lineage_cpu(pid) - c1) / (time.monotonic() - t1)
+    r.send(signal.SIGTERM)
+    assert r.wait(30) == 143
+    s = summary_file(summary)
+    assert s["budget_actions"], s
+    assert rate <= 0.1 * 1.5 + 0.03, f"{rate:.3f} cores held (budget 0.1)"
