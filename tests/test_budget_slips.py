@@ -21,7 +21,7 @@ import time
 import pytest
 
 import budget_helpers as bh
-from conftest import PYTHON, Reaper, pids_with_arg, summary_file, wait_for
+from conftest import PYTHON, Reaper, ns_pid, pids_with_arg, summary_file, wait_for
 
 heavy = pytest.mark.xdist_group("cpu-heavy")   # CPU shares are measured: one at a time
 
@@ -94,3 +94,40 @@ def test_a_stray_working_in_children_it_waits_for_is_held(reaper, tmp_path, loop
     s = summary_file(summary)
     assert s["budget_actions"], s
     assert rate <= 0.1 * 1.5 + 0.03, f"{rate:.3f} cores held (budget 0.1)"
+
+
+# Busy 2 s, idle 4 s, four times: over a 0.1-core budget (window 4 s) and back under,
+# each time for less than the 6 windows (24 s) that end an episode.
+CYCLES = r"""
+import time
+for _ in range(4):
+    t = time.monotonic() + 2
+    while time.monotonic() < t:
+        pass
+    time.sleep(4)
+"""
+
+
+@heavy
+def test_one_warning_per_episode_naming_the_member_that_burns(reaper, tmp_path):
+    """On main the warning named the lineage's first member (`timeout`, idle) and came
+    again each time the lineage crossed its budget: 3 times in 110 s. Now one line, naming
+    the busy member; each crossing is still counted in reaper_budget_violations_total."""
+    from metrics_helpers import start_with_metrics, wait_scrape
+
+    tag = bh.marker()
+    code = CYCLES.replace("'", "'\\''")
+    r, port = start_with_metrics(
+        reaper, bh.orphans_then_sleep(f"timeout 60 {PYTHON} -c '{code}' {tag}"),
+        ["--cpu-budget", "0.1", "--budget-action", "observe", "--budget-grace", "1", "--budget-window", "4",
+         "--budget-interval", "0.5"])
+    burner = wait_for(lambda: next((p for p in bh.pids_tagged(tag) if bh._comm(p).startswith("python")), None),
+                      30, what="the busy member")
+    ns = ns_pid(burner)
+    wait_scrape(port, lambda s: (s.total("reaper_budget_violations_total", reason="cpu") or 0) >= 2,
+                "two crossings of the budget", timeout=60)
+    r.send(signal.SIGTERM)
+    assert r.wait(30) == 143
+    warned = [line for line in r.stderr.splitlines() if "over --cpu-budget" in line]
+    assert len(warned) == 1, r.stderr
+    assert f"stray {ns} (" in warned[0] and "lineage of" in warned[0], (ns, warned)

@@ -177,6 +177,16 @@ class Account:
         """The member that names the lineage in a log line: its oldest live one."""
         return next(iter(self.members.values()), None)
 
+    def busiest(self):
+        """The member that used the most CPU between its last two reads (the one a warning
+        names: the lineage's work may be done by any member); its oldest if none was read twice."""
+        best, most = self.first(), -1.0
+        for t in self.members.values():
+            r = t.own_rate()
+            if r is not None and r > most:
+                best, most = t, r
+        return best
+
     def leave(self, t) -> None:
         """t is no longer a member: what it used stays counted."""
         if self.members.pop(t.key, None) is not None and t.last_cpu is not None:

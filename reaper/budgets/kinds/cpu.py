@@ -38,6 +38,7 @@ SLOW_SPEED = 0.25      # duty-cycling: the least speed (cores while let run) its
 CAPPED_MARGIN = 1.05   # a stray in a cgroup capped at its budget: over beyond this much of it
 LEAST_DEMAND = 1e-3    # the demand a stray that shows none is given in the total's shares
 LEAST_FRACTION = 0.01  # duty-cycling: the least share of each period a stray runs
+QUIET_WINDOWS = 6      # an over-budget episode ends after this many --budget-window under budget
 
 
 # --- the decisions, on one sample's numbers (cores) ----------------------------------
@@ -114,7 +115,7 @@ class State:
     """What the CPU budget keeps of one lineage."""
 
     __slots__ = ("over", "over_since", "autogroup_done", "leaf", "cycling", "fraction",
-                 "no_cgroup")
+                 "no_cgroup", "warned", "under_since")
 
     def __init__(self, stray: Any) -> None:
         self.over = False
@@ -125,6 +126,8 @@ class State:
         self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
         self.fraction = 1.0              # share of each duty period they may run
         self.no_cgroup = False           # they kept leaving their cgroup: duty-cycled instead
+        self.warned = False              # its over-budget episode was said (one warning per episode)
+        self.under_since: float | None = None    # when it went back under budget (the episode's end: QUIET_WINDOWS)
 
 
 class Kind(_Kind):
@@ -167,9 +170,11 @@ class Kind(_Kind):
             s = a.kinds["cpu"]
             over = id(a) in over_one or id(a) in share
             if over and not s.over:
-                self._violation(a, over_all and id(a) not in over_one)
+                self._violation(a, over_all and id(a) not in over_one, now)
             if not over:
                 s.over_since = None
+                if s.over:
+                    s.under_since = now
             s.over = over
             if not over:
                 if s.cycling:
@@ -197,11 +202,19 @@ class Kind(_Kind):
         leaf: str = s.leaf
         return leaf
 
-    def _violation(self, a: Any, total: bool) -> None:
-        cfg = self.cfg
+    def _violation(self, a: Any, total: bool, now: float) -> None:
+        """a went over budget: counted each time (reaper_budget_violations_total), said
+        once per episode. An episode ends when a has stayed under budget for QUIET_WINDOWS
+        windows (a minute by default): a lineage crossing its budget up and down meanwhile
+        is warned once. The warning names the member that burns most of the CPU."""
+        cfg, s = self.cfg, a.kinds["cpu"]
         t = a.first()
-        a.kinds["cpu"].over_since = time.monotonic()
+        s.over_since = time.monotonic()
         self.act.violation("cpu", t)
+        if s.warned and (s.under_since is None or now - s.under_since < QUIET_WINDOWS * cfg.budget_window):
+            return
+        s.warned, s.under_since = True, None
+        t = a.busiest()
         if total:
             what = f"strays together over --cpu-budget-total {cfg.cpu_budget_total:g}"
         else:
