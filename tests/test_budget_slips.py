@@ -41,6 +41,13 @@ def lineage_cpu(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / CLK_TCK
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return bh.stat(pid)["state"] != "Z"
+    except OSError:
+        return False
+
+
 def loop_pid(tag: str) -> int:
     """The live process whose last argument is tag (a `sh -c SCRIPT tag` or `python -c CODE tag`)."""
     def one():
@@ -131,3 +138,44 @@ def test_one_warning_per_episode_naming_the_member_that_burns(reaper, tmp_path):
     warned = [line for line in r.stderr.splitlines() if "over --cpu-budget" in line]
     assert len(warned) == 1, r.stderr
     assert f"stray {ns} (" in warned[0] and "lineage of" in warned[0], (ns, warned)
+
+
+# Sends SIGCONT to argv[1] every 2 ms, for at most 60 s: light, and under any budget.
+RESUMER = r"""
+import os, signal, sys, time
+pid, end = int(sys.argv[1]), time.monotonic() + 60
+while time.monotonic() < end:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        break
+    time.sleep(0.002)
+"""
+
+
+@heavy
+def test_a_stray_resumed_behind_the_duty_cycle_is_ended(reaper, tmp_path):
+    """Without cgroups (a read-only cgroupfs) throttle duty-cycles by SIGSTOP/SIGCONT; a
+    companion stray that resumes the busy one every 2 ms kept it at full speed on main
+    (19.55 CPU-s in 20 s under --cpu-budget 0.1), called throttled. Now its CPU while
+    stopped is noticed: said once, counted (sigstop_defeated), and it is terminated."""
+    tag, summary = bh.marker(), tmp_path / "summary.json"
+    code = RESUMER.replace("'", "'\\''")
+    pair = f"{bh.busy_argv(tag)} & {PYTHON} -c '{code}' $! {tag}-resumer"
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "throttle", "--budget-grace", "2",
+                       "--budget-window", "5", "--budget-interval", "0.5", "--summary-file", str(summary)],
+              bh.orphans_then_sleep(pair), preexec_fn=bh.readonly_cgroups)
+    busy = bh.wait_tagged(tag)[0]
+    t0 = time.monotonic()
+    # On main it ran on at full speed until the test gave up.
+    wait_for(lambda: not _alive(busy), 40, 0.05, what="the resumed stray ended")
+    took = time.monotonic() - t0
+    r.send(signal.SIGTERM)
+    assert r.wait(30) == 143
+    s = summary_file(summary)
+    assert s["budget_actions"].get("sigstop_defeated") == 1, s
+    assert s["budget_actions"].get("terminate", 0) >= 1, s
+    said = [line for line in r.stderr.splitlines() if "of the time it was stopped" in line]
+    assert len(said) == 1, r.stderr
+    # Ended within its grace, a window and the checks (main: never).
+    assert took < 2 + 5 + 10, took

@@ -39,6 +39,7 @@ CAPPED_MARGIN = 1.05   # a stray in a cgroup capped at its budget: over beyond t
 LEAST_DEMAND = 1e-3    # the demand a stray that shows none is given in the total's shares
 LEAST_FRACTION = 0.01  # duty-cycling: the least share of each period a stray runs
 QUIET_WINDOWS = 6      # an over-budget episode ends after this many --budget-window under budget
+RAN_STOPPED_MAX = 0.2  # duty-cycling: a member that ran this share of the time it was stopped is resumed by another
 
 
 # --- the decisions, on one sample's numbers (cores) ----------------------------------
@@ -293,6 +294,8 @@ class Kind(_Kind):
                 return                  # new members are put in it by escapes.hold
             if self._move_into(a, members, budget):
                 return
+        if s.cycling and self._resumed_behind(a, members, now):
+            return
         target = min(x for x in (budget, share) if x is not None)
         if not s.cycling:
             s.fraction = duty_fraction(target, a.use.demand)
@@ -308,6 +311,24 @@ class Kind(_Kind):
         if act.log.enabled(3):
             act.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
+
+    def _resumed_behind(self, a: Any, members: list[Any], now: float) -> bool:
+        """A member of duty-cycled a ran while it was stopped (another process sends it
+        SIGCONT): the duty cycle cannot hold a, and nothing else can here (no cgroup).
+        Its members are terminated (SIGTERM, SIGKILL after --grace), whatever the
+        action: said once, counted as sigstop_defeated. True if so."""
+        ran = max((r for r in (self.act.ran_stopped(t) for t in members) if r is not None), default=None)
+        if ran is None or ran <= RAN_STOPPED_MAX:
+            return False
+        act = self.act
+        act.once("sigstop-defeated", f"{who(a.busiest())} ran {ran:.0%} of the time it was stopped "
+                                     f"(another process resumes it with SIGCONT): the duty cycle cannot hold it "
+                                     f"and no cgroup can be made; terminating it (and any other such stray)", "warn")
+        act.count("sigstop_defeated", "cpu")
+        a.kinds["cpu"].cycling = False
+        for t in members:
+            act.kill(t, now, "cpu", "resumed while stopped")
+        return True
 
     def _move_into(self, a: Any, members: list[Any], budget: float | None) -> bool:
         """Moves a's members into its cgroup (its own, or the shared one); False if it
