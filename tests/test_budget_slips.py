@@ -22,6 +22,7 @@ import pytest
 
 import budget_helpers as bh
 from conftest import PYTHON, Reaper, ns_pid, pids_with_arg, summary_file, wait_for
+from test_budget_hostile import delegated_cpu_cgroup  # noqa: F401 (a fixture)
 
 heavy = pytest.mark.xdist_group("cpu-heavy")   # CPU shares are measured: one at a time
 
@@ -179,3 +180,62 @@ def test_a_stray_resumed_behind_the_duty_cycle_is_ended(reaper, tmp_path):
     assert len(said) == 1, r.stderr
     # Ended within its grace, a window and the checks (main: never).
     assert took < 2 + 5 + 10, took
+
+
+# Busy; every 10 ms, if it is in one of reaper's cpu cgroups, it writes its pid back into
+# argv[2]'s cgroup.procs (where it came from: delegated to its uid). argv[1] gets "CPU
+# seconds so far, escapes so far". Bounded: 40 s.
+ESCAPER = r"""
+import os, sys, time
+out, home = sys.argv[1], sys.argv[2]
+left, end, check = 0, time.monotonic() + 40, 0.0
+while time.monotonic() < end:
+    now = time.monotonic()
+    if now - check < 0.01:
+        continue
+    check = now
+    if "reaper-strays." in open("/proc/self/cgroup").read():
+        with open(os.path.join(home, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        left += 1
+    with open(out + ".tmp", "w") as f:
+        f.write("%r %d" % (time.process_time(), left))
+    os.replace(out + ".tmp", out)
+"""
+
+
+def _escapes(path) -> tuple:
+    try:
+        cpu, left = open(path).read().split()
+        return float(cpu), int(left)
+    except (OSError, ValueError):
+        return 0.0, 0
+
+
+@heavy
+@bh.needs_v1
+def test_a_stray_leaving_its_cgroup_again_and_again_gains_one_interval(delegated_cpu_cgroup, reaper, shared_dir):
+    """It leaves its cgroup within 10 ms of each move back. On main it ran free for a
+    sample interval after each escape (ESCAPES_MAX + 1 of them, then duty-cycled): 3.96
+    CPU-s in 12 s against a bound of 4, more under load. Now once it has escaped it is
+    duty-cycled as well as put back: leaving gains it the one interval before the first
+    sample that finds it, and no more."""
+    tag, rec, summary = bh.marker(), shared_dir / "record", shared_dir / "summary.json"
+    d = delegated_cpu_cgroup
+    code = ESCAPER.replace("'", "'\\''")
+    stray = f"setpriv --reuid=1000 --regid=1000 --clear-groups {PYTHON} -c '{code}' {rec} {d} {tag}"
+    enter = os.path.join(d, "cgroup.procs")
+    r = start(reaper, ["--cpu-budget", "0.1", "--budget-action", "throttle", "--budget-grace", "1",
+                       "--budget-interval", "1", "--budget-window", "2", "--summary-file", str(summary)],
+              bh.orphans_then_sleep(stray), preexec_fn=lambda: open(enter, "w").write(str(os.getpid())))
+    (pid,) = bh.wait_tagged(tag)
+    wait_for(lambda: _escapes(rec)[1] >= 1, 30, 0.01, what="the stray to leave reaper's cgroup")
+    c0, t0 = _escapes(rec)[0], time.monotonic()
+    time.sleep(12)
+    used, wall = _escapes(rec)[0] - c0, time.monotonic() - t0
+    r.send(signal.SIGTERM)
+    assert r.wait(30) == 143
+    s = summary_file(summary)
+    assert s["stray_cgroup_escapes"] >= 1, s
+    # Its budget over the 12 s, one interval running free (1 CPU-s at most) and a margin.
+    assert used <= 0.1 * wall + 1.0 + 0.6, f"{used:.2f} CPU-s in {wall:.1f}s (budget 0.1, {s})"

@@ -179,6 +179,10 @@ class Kind:
     def reassert(self, acct: Any) -> None:
         """Writes acct's cgroup's limit again (after leaking said why)."""
 
+    def escaped(self, acct: Any, now: float) -> None:
+        """A member of acct was found outside its cgroup (and put back): hold it otherwise
+        too while it keeps leaving, if this kind can."""
+
     def give_up(self, acct: Any, why: str) -> None:
         """acct's members keep leaving its cgroup, or cannot be moved back: hold the
         budget without it from now on."""

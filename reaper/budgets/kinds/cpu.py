@@ -116,7 +116,7 @@ class State:
     """What the CPU budget keeps of one lineage."""
 
     __slots__ = ("over", "over_since", "autogroup_done", "leaf", "cycling", "fraction",
-                 "no_cgroup", "warned", "under_since")
+                 "no_cgroup", "warned", "under_since", "escaped_at", "escape_hold")
 
     def __init__(self, stray: Any) -> None:
         self.over = False
@@ -128,6 +128,8 @@ class State:
         self.fraction = 1.0              # share of each duty period they may run
         self.no_cgroup = False           # they kept leaving their cgroup: duty-cycled instead
         self.warned = False              # its over-budget episode was said (one warning per episode)
+        self.escaped_at: float | None = None     # when a member was last found out of its cgroup
+        self.escape_hold = False         # duty-cycled on top of its cgroup while it escapes
         self.under_since: float | None = None    # when it went back under budget (the episode's end: QUIET_WINDOWS)
 
 
@@ -178,7 +180,13 @@ class Kind(_Kind):
                     s.under_since = now
             s.over = over
             if not over:
-                if s.cycling:
+                if s.escape_hold and self._escaping(s, now):
+                    # Under budget, in its cgroup, but it left it lately: still held both ways.
+                    budget = cfg.cpu_budget
+                    self._throttle(a, budget, cfg.cpu_budget_total if budget is None else None, now)
+                elif s.escape_hold:
+                    self._unhold(a, now)
+                elif s.cycling:
                     self._release(a, now)
                 continue
             self._respond(a, cfg.cpu_budget if id(a) in over_one else None, share.get(id(a)), now)
@@ -288,12 +296,15 @@ class Kind(_Kind):
         act, s = self.act, a.kinds["cpu"]
         self._choose_mechanism()
         members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
-        if self.cgroup is not None and not s.cycling and not s.no_cgroup:
+        if self.cgroup is not None and (not s.cycling or s.escape_hold) and not s.no_cgroup:
             d = self.cgroup.leaf_dir(a.root, budget)
-            if s.leaf == d:
-                return                  # new members are put in it by escapes.hold
-            if self._move_into(a, members, budget):
-                return
+            # (new members are put in it by escapes.hold)
+            if s.leaf == d or self._move_into(a, members, budget):
+                if not self._escaping(s, now):
+                    if s.escape_hold:
+                        self._unhold(a, now)
+                    return
+                s.escape_hold = True    # it left its cgroup lately: duty-cycled too, whatever its cgroup
         if s.cycling and self._resumed_behind(a, members, now):
             return
         target = min(x for x in (budget, share) if x is not None)
@@ -367,17 +378,31 @@ class Kind(_Kind):
         if moved:
             self.act.count("throttle_cgroup", "cpu")
 
-    def _release(self, a: Any, now: float) -> None:
-        """a is back under budget: its members are let run."""
+    def _unhold(self, a: Any, now: float) -> None:
+        """a's members leave the duty cycle (they were also in their cgroup, or are under
+        budget): let run."""
         s, act = a.kinds["cpu"], self.act
-        s.cycling = False
+        s.cycling = s.escape_hold = False
         for t in a.members.values():
             if t.cycled:
                 act.release(t, now)
                 t.cycled = False
+
+    def _escaping(self, s: Any, now: float) -> bool:
+        """A member left the lineage's cgroup within the last window (s: its State)."""
+        return s.escaped_at is not None and now - s.escaped_at < self.cfg.budget_window
+
+    def escaped(self, a: Any, now: float) -> None:
+        """A member left a's cgroup: duty-cycled as well for a window from now (_throttle),
+        so that leaving again gains it nothing."""
+        a.kinds["cpu"].escaped_at = now
+
+    def _release(self, a: Any, now: float) -> None:
+        """a is back under budget: its members are let run."""
+        self._unhold(a, now)
         t = a.first()
         if t is not None:
-            act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+            self.act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
 
     def _terminate(self, a: Any, now: float) -> None:
         over_since = a.kinds["cpu"].over_since
