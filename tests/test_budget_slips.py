@@ -239,3 +239,29 @@ def test_a_stray_leaving_its_cgroup_again_and_again_gains_one_interval(delegated
     assert s["stray_cgroup_escapes"] >= 1, s
     # Its budget over the 12 s, one interval running free (1 CPU-s at most) and a margin.
     assert used <= 0.1 * wall + 1.0 + 0.6, f"{used:.2f} CPU-s in {wall:.1f}s (budget 0.1, {s})"
+
+
+def test_what_a_member_reaped_counts_once():
+    """reaped.waited on recorded figures: a child that was a member counts its unread tail
+    only; one never read, all of it; a child found gone before its parent reaped it (a
+    zombie for a moment) neither twice nor less."""
+    from types import SimpleNamespace as NS
+
+    from reaper.budgets import reaped
+
+    parent = NS(key=(10, 1), last_cpu=0.1, carried=0.0, waited0=(1.0, 0.0), waited_at=1.0, ppid=1)
+    tracked, procs = {parent.key: parent}, {10: NS(pid=10, start=1)}
+    assert reaped.waited(parent) == 0.0                  # what it reaped before its first read: not counted
+    child = NS(last_cpu=0.3, carried=0.0, ppid=10)
+    assert reaped.carry(child, tracked, procs)           # read as 0.3, gone: its parent's to count
+    parent.waited_at += 0.5                              # its whole CPU: 0.3 read, 0.2 after its last read
+    assert reaped.waited(parent) == pytest.approx(0.2)
+    parent.waited_at += 0.4                              # a child never read
+    assert reaped.waited(parent) == pytest.approx(0.4)
+    zombie = NS(last_cpu=0.3, carried=0.0, ppid=10)
+    reaped.carry(zombie, tracked, procs)                 # gone (a zombie) before its parent waits
+    assert reaped.waited(parent) == 0.0
+    parent.waited_at += 0.35
+    assert reaped.waited(parent) == pytest.approx(0.05)
+    assert reaped.waited(parent) == 0.0                  # never twice
+    assert not reaped.carry(NS(last_cpu=1.0, carried=0.0, ppid=99), tracked, procs)   # re-parented to reaper

@@ -181,9 +181,7 @@ class Kind(_Kind):
             s.over = over
             if not over:
                 if s.escape_hold and self._escaping(s, now):
-                    # Under budget, in its cgroup, but it left it lately: still held both ways.
-                    budget = cfg.cpu_budget
-                    self._throttle(a, budget, cfg.cpu_budget_total if budget is None else None, now)
+                    pass                # under budget, but it left its cgroup lately: still duty-cycled
                 elif s.escape_hold:
                     self._unhold(a, now)
                 elif s.cycling:
@@ -305,7 +303,7 @@ class Kind(_Kind):
                         self._unhold(a, now)
                     return
                 s.escape_hold = True    # it left its cgroup lately: duty-cycled too, whatever its cgroup
-        if s.cycling and self._resumed_behind(a, members, now):
+        if s.cycling and not s.escape_hold and self._resumed_behind(a, members, now):
             return
         target = min(x for x in (budget, share) if x is not None)
         if not s.cycling:
@@ -325,16 +323,16 @@ class Kind(_Kind):
 
     def _resumed_behind(self, a: Any, members: list[Any], now: float) -> bool:
         """A member of duty-cycled a ran while it was stopped (another process sends it
-        SIGCONT): the duty cycle cannot hold a, and nothing else can here (no cgroup).
-        Its members are terminated (SIGTERM, SIGKILL after --grace), whatever the
-        action: said once, counted as sigstop_defeated. True if so."""
+        SIGCONT): the duty cycle cannot hold a, and no cgroup does (none can be made, or
+        it kept leaving it). Its members are terminated (SIGTERM, SIGKILL after --grace),
+        under the throttle action too: said once, counted as sigstop_defeated. True if so."""
         ran = max((r for r in (self.act.ran_stopped(t) for t in members) if r is not None), default=None)
         if ran is None or ran <= RAN_STOPPED_MAX:
             return False
         act = self.act
         act.once("sigstop-defeated", f"{who(a.busiest())} ran {ran:.0%} of the time it was stopped "
                                      f"(another process resumes it with SIGCONT): the duty cycle cannot hold it "
-                                     f"and no cgroup can be made; terminating it (and any other such stray)", "warn")
+                                     f"and no cgroup does; terminating it (and any other such stray)", "warn")
         act.count("sigstop_defeated", "cpu")
         a.kinds["cpu"].cycling = False
         for t in members:
