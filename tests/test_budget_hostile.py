@@ -386,7 +386,9 @@ def test_a_stray_that_leaves_its_cgroup_is_put_back(delegated_cpu_cgroup, reaper
         assert r.stderr.count("left its cpu cgroup /") == 1, r.stderr      # said once
     if most == 1:
         assert (left, s["stray_cgroup_escapes"]) == (1, 1), (left, s)
-        assert "throttle_sigstop" not in s["budget_actions"], s
+        # Duty-cycled as well for a window after its escape (issue 33.13), then its cgroup alone.
+        assert s["budget_actions"].get("throttle_sigstop") == 1, s
+        assert "instead" not in r.stderr, r.stderr
     else:
         assert left >= 4 and s["stray_cgroup_escapes"] == 4, (left, s)    # ESCAPES_MAX + 1, then let be
         assert "duty-cycled (SIGSTOP/SIGCONT) instead" in r.stderr, r.stderr

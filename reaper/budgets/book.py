@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from reaper.budgets import dormant, hops, pulse
+from reaper.budgets import dormant, hops, pulse, reaped
 from reaper.budgets.lineage import Ghost, Linker, Tracked, boot_ticks, hop_from, join, lineages, read_groups
 from reaper.budgets.strays import KNOWN
 from reaper.procctl import Gone, Handle, NotPermitted
@@ -245,6 +245,8 @@ class Book:
             self.act.forget(t)
             if self.reaped is not None:
                 self.reaped.gone(t, self.known, self.table.procs, self.finder.reapers())
+            else:
+                reaped.carry(t, self.known, self.table.procs)
         for kind in self.kinds:
             kind.drop(t, alive)
         t.acct.leave(t)

@@ -13,7 +13,7 @@ Private memory is read exactly (smaps_rollup) above the kinds' exact_above thres
 """
 from __future__ import annotations
 
-from reaper.budgets import hops, pulse
+from reaper.budgets import hops, pulse, reaped
 from reaper.procctl import Gone, Handle, NotPermitted
 from reaper.procfs.processes import CLK_TCK, read_counters
 
@@ -98,6 +98,8 @@ class Reader:
         for a in list(schedule.awake.values()):
             if not a.members:
                 continue
+            if all(t.read_seq == seq for t in a.members.values()):
+                self.count_waited(a)
             stopped = a.duty.stopped(now) if a.duty is not None else 0.0
             a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
 
@@ -138,7 +140,11 @@ class Reader:
             t.prev = (t.read_at, t.last_cpu)
         used = max(0.0, cpu - t.last_cpu)
         self.stats.stray_cpu_seconds += used
-        moved = cpu != t.last_cpu or c.state == "R"
+        waited = c.reaped / CLK_TCK
+        moved = cpu != t.last_cpu or c.state == "R" or waited != t.waited_at
+        t.waited_at = waited
+        if t.waited0 is None:
+            t.waited0 = (waited, t.carried)     # what it reaped before its first read is not counted
         t.last_cpu, t.read_at, t.read_boot = cpu, now, self.book.boot
         if t.pred is not None:
             hops.count_unseen(self.stats, t, self.reaped is None)
@@ -148,6 +154,16 @@ class Reader:
         if moved or last == 0:
             self.schedule.wake(t.acct)
         return used if last == seq - 1 else 0.0
+
+    def count_waited(self, a) -> None:
+        """The CPU of the children a's members waited for that no read counted (reaped.waited),
+        in a's CPU and the stats. Every member was read at this sample: a child found gone
+        is carried to its parent in the same sample as the parent's cutime is read."""
+        for t in a.members.values():
+            unseen = reaped.waited(t)
+            if unseen:
+                a.gone_cpu += unseen
+                self.stats.stray_cpu_seconds += unseen
 
     def read_dormant(self, now: float) -> None:
         """One read of every dormant stray: one whose CPU moved (or that runs) is tracked

@@ -70,6 +70,8 @@ if TYPE_CHECKING:                # the kinds' interface, for mypy (typing is not
 
         def cycle(self, t: Any, fraction: float, now: float, group: Any) -> None: ...
 
+        def ran_stopped(self, t: Any) -> float | None: ...
+
         def release(self, t: Any, now: float) -> None: ...
 
         def mechanism(self, reason: str, name: str) -> None: ...
@@ -187,6 +189,10 @@ class Kind:
 
     def reassert(self, acct: Any) -> None:
         """Writes acct's cgroup's limit again (after leaking said why)."""
+
+    def escaped(self, acct: Any, now: float) -> None:
+        """A member of acct was found outside its cgroup (and put back): hold it otherwise
+        too while it keeps leaving, if this kind can."""
 
     def give_up(self, acct: Any, why: str) -> None:
         """acct's members keep leaving its cgroup, or cannot be moved back: hold the
