@@ -25,9 +25,10 @@ def test_stats_from_url_and_file(reaper, tmp_path):
     assert text.startswith("reaper ") and "(init), pid 1" in text
     lines = {ln.split()[0]: ln for ln in text.splitlines()[1:] if ln.strip()}
     assert "running" in lines["main"]
-    assert "reaped       6 (orphan 6); orphans by outcome: SIGTERM 1, exited_0 3, exited_nonzero 2" in text
+    assert ("reaped       6 processes (6 orphans); the orphans: 3 exited 0, 2 exited with an error, "
+            "1 killed by SIGTERM") in text
     assert "1 now" in lines["zombies"] and "[2] 1" in lines["zombies"]
-    assert "received: SIGUSR1 1; forwarded: SIGUSR1 1" in lines["signals"]
+    assert "received 1 SIGUSR1; passed on to the main child 1 SIGUSR1" in lines["signals"]
     # The default summary: no core is named (no per-core series), the saturated ones are counted.
     assert "busiest core " in lines["node"] and "cores saturated now" in lines["node"], text
     assert "busiest core cpu" not in lines["node"], text
@@ -123,8 +124,9 @@ def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
             key = ln[:15].strip() or "(more)"
             rows.setdefault(key, []).append(ln[15:].strip())
         budgets = rows["budgets"][0]
-        assert budgets.startswith("on (") and "actions:" in budgets and "nice 1" in budgets, out.stdout
-        assert any(f"[{ns_pid}]" in s and "cores" in s and "(nice)" in s for s in rows["(more)"]), out.stdout
+        assert budgets.startswith("on; strays used ") and "acted on: 1 reniced for CPU" in budgets \
+            and "over a budget 1 time (1 for CPU)" in budgets, out.stdout
+        assert any(f"[{ns_pid}]" in s and "cores" in s and "(reniced)" in s for s in rows["(more)"]), out.stdout
         assert "memory cgroups on the node" in rows["cgroups"][0] or "not listed" in rows["cgroups"][0], out.stdout
         if "cgroup v2" in rows:
             assert "live and" in rows["cgroup v2"][0] and "dying" in rows["cgroup v2"][0], out.stdout

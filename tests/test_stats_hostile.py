@@ -254,6 +254,11 @@ reaper_cgroup_pids 5
 reaper_cgroup_pids_max 400
 reaper_cpu_seconds_total 0.25
 reaper_resident_memory_bytes 30000000
+reaper_leftovers_total{{action="reported"}} 2
+reaper_leftovers_total{{action="killed"}} 0
+reaper_leftover_owners_ended_total{{kind="service"}} 1
+reaper_leftover_device_holders{{device="/dev/nvidia0"}} 1
+reaper_leftovers_tracked 3
 """
     if per_core:
         text += """reaper_node_cpu_busy_ratio{cpu="0"} 0.1
@@ -338,7 +343,7 @@ def test_a_bucket_bound_that_is_not_a_number_is_unknown(tmp_path):
     f.write_text(_page().replace('le="0.01"', 'le="abc"'))
     out = _stats("--file", str(f))
     assert out.returncode == 0 and out.stderr == b"", out
-    assert "p50 <= ?, p99 <= ? over 3 reaps" in out.stdout.decode(), out.stdout
+    assert "half within ?, 99% within ? (3 reaps)" in out.stdout.decode(), out.stdout
 
 
 # --- labels and size ---------------------------------------------------------------------
