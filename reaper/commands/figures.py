@@ -184,3 +184,18 @@ def leftovers(v) -> "str | None":
     if tracked is not None:
         text += f"; {n(tracked)} running processes below a Ray worker or a service"
     return text
+
+
+def node_rows(v, samples, before=None, seconds=None) -> list:
+    """reaper node's view (reaper/node/view.py's rows: cores, functions, culprits, memory,
+    nic, pressure when there is a scrape before), then the host's zombies."""
+    from reaper.node import view
+
+    rows = view.rows(samples, before, seconds)
+    zombies = v.get(N.NODE_ZOMBIES)
+    if zombies is not None:
+        by = sorted(((s.labels.get("cgroup", ""), s.value) for s in v.rows(N.NODE_ZOMBIES_BY_CGROUP)),
+                    key=lambda cv: -cv[1] if known(cv[1]) else 0)
+        rows.append(("zombies", f"{n(zombies)} on the host" +
+                     (f"; by cgroup: {', '.join(f'{c} {n(k)}' for c, k in by)}" if by and on(zombies) else "")))
+    return rows

@@ -89,10 +89,8 @@ def render(samples, ended: "float | None" = None) -> str:
     mode = figures.mode(v)
     lines = [head(v, ended=ended)]
     if mode == "node":              # reaper node: the node's view, nothing of a reaper's own
-        from reaper.node import view
-
         lines = [f"reaper {v.info('version')} (node)"]
-        rows = view.rows(samples)
+        rows = figures.node_rows(v, samples)        # pressure is a rate: reaper top has it
     else:
         rows = [row for fn, modes in ROWS if mode in modes for row in fn(v)]
     title = None

@@ -89,6 +89,7 @@ CGROUP_PIDS = "reaper_cgroup_pids"
 CGROUP_PIDS_MAX = "reaper_cgroup_pids_max"
 # reaper node's (reaper/node/collector.py writes them; reaper top reads them)
 NODE_ZOMBIES = "reaper_node_zombies"
+NODE_ZOMBIES_BY_CGROUP = "reaper_node_zombies_by_cgroup"
 NODE_CPU_SATURATION_STREAK_SECONDS = "reaper_node_cpu_saturation_streak_seconds"
 NODE_CPU_SATURATION_STREAK_MAX_SECONDS = "reaper_node_cpu_saturation_streak_max_seconds"
 # leftovers (sections/leftovers.py)

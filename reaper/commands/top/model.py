@@ -8,6 +8,7 @@ Everything here is hostile input (a page, a process's name and command line): it
 kept as text, shown through text.display, never as markup.
 """
 import os
+import time
 
 from reaper.commands import figures
 from reaper.metrics import client
@@ -36,6 +37,9 @@ class Frame:
         self.counts = ""
         self.local = False
         self.node = False               # reaper node: no processes of its own, no strays
+        self.node_rows: list = []       # reaper node: (section, text), reaper/node/view.py's
+        self.leftovers = ""             # the leftovers of ended owners, counted (figures.leftovers)
+        self.holders: list = []         # dicts: pid name devices owner, from this /proc
 
 
 class Source:
@@ -47,6 +51,8 @@ class Source:
         self.timeout = timeout
         self.environ = os.environ if environ is None else environ
         self.samples = None
+        self.fetched = None             # monotonic time of the last good fetch
+        self.before = None              # the fetch before it, for rates: (samples, time)
         self.sort = "cpu"
         self.finder = None
 
@@ -57,13 +63,21 @@ class Source:
             f.error = f"{hung} fetches of {display(self.url)} still hang: not fetching again until one ends"
         else:
             try:
-                self.samples = client.fetch(self.url, self.timeout)
+                samples = client.fetch(self.url, self.timeout)
             except client.Unreadable as e:
                 f.error = str(e)
+            else:
+                if self.samples is not None:
+                    self.before = (self.samples, self.fetched)
+                self.samples, self.fetched = samples, time.monotonic()
         if self.samples is None:
             return f
         v = f.view = client.View(self.samples)
         fill(f, v, now, self.sort)
+        if f.node:
+            before, then = self.before or (None, None)
+            f.node_rows = figures.node_rows(v, self.samples, before, self.fetched - then if then is not None else None)
+            return f
         try:
             local = self.local(v)
         except Exception as e:          # /proc read fails or changes under us: the page alone
@@ -113,8 +127,8 @@ def _boot_time() -> "float | None":
 def fill(f: Frame, v, now: float, sort: str) -> None:
     """The frame's parts that come from the page."""
     f.head = figures.head(v, now=now)
-    if v.rows(N.MAIN_CHILD_STATE):
-        f.main = v.current(N.MAIN_CHILD_STATE, "state") or "none (pause mode)"
+    if v.rows(N.MAIN_CHILD_STATE) and figures.mode(v) == "init":      # pause mode has no main child
+        f.main = v.current(N.MAIN_CHILD_STATE, "state") or "?"
         code = v.get(N.MAIN_CHILD_EXIT_CODE)
         if code is not None:
             f.main += f", exit code {figures.n(code)}"
@@ -134,6 +148,7 @@ def fill(f: Frame, v, now: float, sort: str) -> None:
         up = figures.dur(now - since) if since is not None and on(sv.get(N.SERVICE_UP)) else "-"
         f.services.append((name, sv.current(N.SERVICE_STATE, "state") or "?", sv.get(N.total(N.SERVICE_STARTS)), up))
     f.cores = _cores(v)
+    f.leftovers = figures.leftovers(v) or ""
 
 
 def _num(x) -> float:

@@ -38,18 +38,24 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
         parts.append(_t(f"main child  {frame.main}"))
     if not frame.node:
         parts.append(_t(f"processes   {frame.counts}"))
-    z = f"zombies     {frame.zombies}"
-    if frame.parents:
-        z += ", by parent: " + ", ".join(f"{name}[{pid}] {figures.n(n)}" for name, pid, n in frame.parents)
-    parts.append(_t(z))
+    if not frame.node:                      # reaper node's are among its rows
+        z = f"zombies     {frame.zombies}"
+        if frame.parents:
+            z += ", by parent: " + ", ".join(f"{name}[{pid}] {figures.n(n)}" for name, pid, n in frame.parents)
+        parts.append(_t(z))
     for i, (name, state, starts, up) in enumerate(frame.services):
         restarts = starts - 1 if known(starts) and starts >= 1 else None
         parts.append(_t(f"{'services' if i == 0 else '':<12}{name}: {state}, up {up}, "
                         f"restarts {figures.n(restarts)}"))
-    if frame.node:                          # the node's cores are its subject: every line left
-        parts += [_t(line) for line in _cores(frame.cores, width, max(height - len(parts) - 1, 2))]
+    if frame.node:                          # the node's view (reaper/node/view.py): every line left
+        room, title = max(height - len(parts) - 1, 1), None
+        for section, text in frame.node_rows[:room]:
+            parts.append(_t(f"{section if section != title else '':<12}{text}"))
+            title = section
         parts.append(_t("q quit", "dim"))
         return Group(*parts)
+    if frame.leftovers:
+        parts.append(_t(f"leftovers   {frame.leftovers}"))
     if frame.cores:
         parts += [_t(line) for line in _cores(frame.cores, width)]
     room = height - len(parts) - 3          # the table's head, a blank line, the key line
