@@ -22,12 +22,14 @@ SOURCE_AVAILABLE = "reaper_source_available"        # the collector's own (colle
 # main child (sections/main_child.py)
 MAIN_CHILD_STATE = "reaper_main_child_state"
 MAIN_CHILD_UP = "reaper_main_child_up"
+MAIN_CHILD_PID = "reaper_main_child_pid"
 STOP_REQUESTED = "reaper_stop_requested"
 MAIN_CHILD_EXIT_CODE = "reaper_main_child_exit_code"
 MAIN_CHILD_OUTCOME = "reaper_main_child_outcome"
 PHASE = "reaper_phase"
 # services (sections/services.py)
 SERVICE_UP = "reaper_service_up"
+SERVICE_PID = "reaper_service_pid"
 SERVICE_READY = "reaper_service_ready"
 SERVICE_STARTS = "reaper_service_starts"
 SERVICE_FAILED = "reaper_service_failed"

@@ -18,6 +18,7 @@ from reaper.text import display
 
 SORTS = {"c": "cpu", "m": "memory", "p": "pid", "a": "age"}
 SAME_START = 2.0        # seconds: reaper's start on the page and in /proc agree within this
+SAME_RUN = 0.5          # seconds: a service's start on the page and its run's in /proc agree within this
 MAX_HUNG = 4            # fetch threads left behind (client.fetch gives up on them) before a pause
 
 
@@ -33,13 +34,15 @@ class Frame:
         self.parents: list = []         # (name, pid, count)
         self.strays: list = []          # dicts: pid name reason action cpu memory age
         self.services: list = []        # (name, state, starts, up)
+        self.service_starts: list = []  # when each running service's current run started (the page's)
         self.cores: list = []           # (cpu, busy, saturated seconds, streak, longest): None unknown
         self.counts = ""
         self.local = False
         self.node = False               # reaper node: no processes of its own, no strays
         self.node_rows: list = []       # reaper node: (section, text), reaper/node/view.py's
         self.leftovers = ""             # the leftovers of ended owners, counted (figures.leftovers)
-        self.holders: list = []         # dicts: pid name devices owner, from this /proc
+        self.holders: list = []         # dicts: pid name devices state owner, from this /proc (holders.py)
+        self.scanned = (0, 0)           # processes whose descriptors were read, of all
 
 
 class Source:
@@ -102,8 +105,13 @@ class Source:
         boot = _boot_time()
         if me is None or boot is None or abs(boot + me.started - start) > SAME_START:
             return None
-        return {"pid": int(pid), "table": table, "boot": boot, "services": len(figures.services(v)),
-                "watch": figures.role(v) == "watch"}
+        from reaper.commands.top import holders
+
+        main = v.get(N.MAIN_CHILD_PID)
+        runs = {int(s.value) for s in v.rows(N.SERVICE_PID) if known(s.value)}
+        return {"pid": int(pid), "table": table, "boot": boot, "main": int(main) if known(main) else None,
+                "pids": runs if main is not None or runs else None,     # None: a reaper too old to give them
+                "watch": figures.role(v) == "watch", "devices": holders.globs(self.environ)}
 
 
 def _own_pid_namespace() -> "float | None":
@@ -146,6 +154,8 @@ def fill(f: Frame, v, now: float, sort: str) -> None:
         sv = parts.get(name) or client.View([])
         since = sv.get(N.SERVICE_START_TIME_SECONDS)
         up = figures.dur(now - since) if since is not None and on(sv.get(N.SERVICE_UP)) else "-"
+        if up != "-" and known(since):
+            f.service_starts.append(since)
         f.services.append((name, sv.current(N.SERVICE_STATE, "state") or "?", sv.get(N.total(N.SERVICE_STARTS)), up))
     f.cores = _cores(v)
     f.leftovers = figures.leftovers(v) or ""
@@ -207,17 +217,27 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
     f.local = True
     table, me, boot = local["table"], local["pid"], local["boot"]
     children = sorted((p for p in table.values() if p.ppid == me and p.state != "Z"), key=lambda p: p.start)
-    # The services start first, then the main child: reaper's k+1 oldest children (k
-    # services), the main child the last of them while no service was restarted.
-    kept = children[:1 + local["services"]]
-    restarted = any(not known(starts) or starts != 1 for _, _, starts, _ in f.services)
-    main = kept[-1] if kept and f.main.startswith("running") and not restarted else None
+    # reaper's own children: the main child and each service's current run, by the pids
+    # the page gives; a reaper too old to give them: the runs started when the page says
+    # (within SAME_RUN), the main child the oldest of the others. The rest were
+    # re-parented to reaper: their owner ended.
+    if local["pids"] is not None:
+        runs = [p for p in children if p.pid in local["pids"]]
+        main = next((p for p in children if p.pid == local["main"]), None)
+    else:
+        runs = [p for p in children if any(abs(boot + p.started - t) <= SAME_RUN for t in f.service_starts)]
+        rest = [p for p in children if p not in runs]
+        main = rest[0] if rest and f.main.startswith("running") else None
+    kept = runs + ([main] if main is not None else [])
     if main is not None:
         cmd = processes.read_cmdline(main.pid) or f"[{main.comm}]"
         head, sep, rest = cmd.partition(" ")
         cmd = os.path.basename(head) + sep + rest          # python3, not its whole path
-        f.main = (f"pid {main.pid}, {_STATES.get(main.state, main.state)}, up {figures.dur(now - boot - main.started)}"
+        f.main = (f"pid {main.pid}, {STATES.get(main.state, main.state)}, up {figures.dur(now - boot - main.started)}"
                   f": {display(cmd)}")
+    from reaper.commands.top import holders
+
+    f.holders, *f.scanned = holders.find(table, me, {p.pid for p in kept}, local["devices"])
     found = _find(local, kept, main)
     by_pid = {str(d["pid"]): d for d in f.strays}
     for s in found.values():
@@ -233,7 +253,7 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
     _sort(f.strays, sort)
 
 
-_STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
+STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
            "I": "idle"}
 
 

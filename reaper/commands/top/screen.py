@@ -58,6 +58,8 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
         parts.append(_t(f"leftovers   {frame.leftovers}"))
     if frame.cores:
         parts += [_t(line) for line in _cores(frame.cores, width)]
+    if frame.holders:
+        parts += _holders(frame, max(height - len(parts) - 8, 2))      # room left for some strays
     room = height - len(parts) - 3          # the table's head, a blank line, the key line
     table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold reverse")
     for col, kw in (("PID", {"justify": "right"}), ("NAME", {"max_width": 18}), ("WHY", {}),
@@ -74,6 +76,25 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
                  "bold"), table]
     parts.append(_t("q quit  c cpu  m memory  p pid  a age", "dim"))
     return Group(*parts)
+
+
+def _holders(frame: model.Frame, room: int) -> list:
+    """Device holders and stopped leftovers, with their owner (model.py, holders.py)."""
+    table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold reverse")
+    for col, kw in (("PID", {"justify": "right"}), ("NAME", {"max_width": 18}), ("STATE", {}),
+                    ("DEVICES", {"max_width": 30}), ("OWNER", {})):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", **kw)
+    shown = frame.holders[:max(room - 2, 1)]
+    for d in shown:
+        table.add_row(_t(d["pid"]), _t(d["name"]), _t(model.STATES.get(d["state"], d["state"])), _t(d["devices"]),
+                      _t(d["owner"]))
+    title = f"device holders and stopped leftovers {len(frame.holders)}"
+    if len(shown) < len(frame.holders):
+        title += f" ({len(shown)} shown)"
+    scanned, every = frame.scanned
+    if scanned < every:
+        title += f"; descriptors read of {scanned} of {every} processes"
+    return [_t(title, "bold"), table]
 
 
 def _cores(cores: list, width: int, lines: int = 2) -> list:
