@@ -191,7 +191,10 @@ def node_rows(v, samples, before=None, seconds=None) -> list:
     nic, pressure when there is a scrape before), then the host's zombies."""
     from reaper.node import view
 
-    rows = view.rows(samples, before, seconds)
+    # view.py formats numbers as they are: a sample that is not a known number is left out.
+    def finite(page):
+        return None if page is None else [s for s in page if known(s.value)]
+    rows = view.rows(finite(samples), finite(before), seconds)
     zombies = v.get(N.NODE_ZOMBIES)
     if zombies is not None:
         by = sorted(((s.labels.get("cgroup", ""), s.value) for s in v.rows(N.NODE_ZOMBIES_BY_CGROUP)),
