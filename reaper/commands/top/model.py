@@ -122,14 +122,13 @@ def _own_pid_namespace() -> "float | None":
 
 
 def _boot_time() -> "float | None":
+    """When the host booted, seconds since the epoch: process start times are since boot."""
+    from reaper.procfs.system import uptime
+
     try:
-        with open("/proc/stat", "rb") as f:
-            for line in f.read(1 << 20).splitlines():
-                if line.startswith(b"btime "):
-                    return float(line.split()[1])
+        return time.time() - uptime()
     except (OSError, ValueError, IndexError):
         return None
-    return None
 
 
 def fill(f: Frame, v, now: float, sort: str) -> None:
