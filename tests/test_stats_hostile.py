@@ -273,6 +273,11 @@ reaper_node_cpu_saturated_seconds_total{cpu="7"} 520
 NODE_PAGE = """reaper_build_info{version="1.0",mode="node"} 1
 reaper_node_cpu_saturation_streak_seconds{cpu="3"} 40
 reaper_node_cpu_saturation_streak_max_seconds{cpu="3"} 95
+reaper_node_cpu_saturation_streak_length_seconds_bucket{mode="system",le="+Inf"} 2
+reaper_node_cpu_saturation_streak_length_seconds_count{mode="system"} 2
+reaper_node_cpu_saturation_streak_length_seconds_sum{mode="system"} 130
+reaper_node_cpu_saturation_streak_length_seconds_count{mode="user"} 0
+reaper_node_cpu_saturation_streak_length_seconds_sum{mode="user"} 0
 reaper_node_kernel_time_top_ratio{pid="77",comm="kburn",cpu="3",cgroup="/a"} 0.9
 reaper_node_kernel_function_top_ratio{cpu="3",function="clear_page_erms"} 0.6
 reaper_node_memory_cgroups{state="live"} 8
@@ -310,6 +315,7 @@ def test_the_page_has_every_number_shown():
     assert view.splitlines() == [
         "reaper 1.0 (node)",
         "  cores        cpu3: saturated for 40 s now, longest streak 95 s in the window",
+        "               ended streaks by the mode that dominated them: system 2 (2m10s in all)",
         "  functions    cpu3: clear_page_erms 60%",
         "  culprits     kburn (pid 77, 90% of cpu3, cgroup /a)",
         "  memory       memory cgroups: live 8, dying 3,000",

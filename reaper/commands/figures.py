@@ -195,6 +195,14 @@ def node_rows(v, samples, before=None, seconds=None) -> list:
     def finite(page):
         return None if page is None else [s for s in page if known(s.value)]
     rows = view.rows(finite(samples), finite(before), seconds)
+    # The ended streaks by the mode that dominated them (user, system, irq...): the histogram's counts.
+    length = N.NODE_CPU_SATURATION_STREAK_LENGTH_SECONDS
+    ended = {m: c for m, c in v.by(length + "_count", "mode").items() if on(c)}
+    if ended:
+        spent = v.by(length + "_sum", "mode")
+        at = max((i + 1 for i, r in enumerate(rows) if r[0] == "cores"), default=0)
+        rows.insert(at, ("cores", "ended streaks by the mode that dominated them: " + ", ".join(
+            f"{m} {n(c)} ({dur(spent.get(m))} in all)" for m, c in sorted(ended.items(), key=lambda mc: -mc[1]))))
     zombies = v.get(N.NODE_ZOMBIES)
     if zombies is not None:
         by = sorted(((s.labels.get("cgroup", ""), s.value) for s in v.rows(N.NODE_ZOMBIES_BY_CGROUP)),

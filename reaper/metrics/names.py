@@ -94,6 +94,7 @@ NODE_ZOMBIES = "reaper_node_zombies"
 NODE_ZOMBIES_BY_CGROUP = "reaper_node_zombies_by_cgroup"
 NODE_CPU_SATURATION_STREAK_SECONDS = "reaper_node_cpu_saturation_streak_seconds"
 NODE_CPU_SATURATION_STREAK_MAX_SECONDS = "reaper_node_cpu_saturation_streak_max_seconds"
+NODE_CPU_SATURATION_STREAK_LENGTH_SECONDS = "reaper_node_cpu_saturation_streak_length_seconds"
 # leftovers (sections/leftovers.py)
 LEFTOVERS = "reaper_leftovers"
 LEFTOVER_OWNERS_ENDED = "reaper_leftover_owners_ended"
