@@ -29,6 +29,7 @@ def test_stats_from_url_and_file(reaper, tmp_path):
             "1 killed by SIGTERM") in text
     assert "1 now" in lines["zombies"] and "[2] 1" in lines["zombies"]
     assert "received 1 SIGUSR1; passed on to the main child 1 SIGUSR1" in lines["signals"]
+    assert "  budgets      off (no budget option given)\n" in text, text
     # The default summary: no core is named (no per-core series), the saturated ones are counted.
     assert "busiest core " in lines["node"] and "cores saturated now" in lines["node"], text
     assert "busiest core cpu" not in lines["node"], text

@@ -218,8 +218,8 @@ def _budgets(v):
                  for (a, r), c in _pairs2(v, T(N.BUDGET_ACTIONS), "action", "reason").items()}
         if acted:
             text += f"; acted on: {counted(acted)}"
-    else:
-        text = f"off; {used}"
+    else:                           # nothing measures strays' CPU then
+        text = "off (no budget option given)"
     yield "budgets", text
     memory = {s.labels.get("pid", ""): s.value for s in v.rows(N.STRAY_MEMORY_BYTES)}
     for s in sorted(v.rows(N.STRAY_CPU_CORES), key=lambda s: -s.value if known(s.value) else math.inf)[:5]:
