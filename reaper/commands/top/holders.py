@@ -14,14 +14,15 @@ re-parented to reaper, its owner ended ("ended"), with the Ray job its environme
 names (RAY_JOB_ID, read bounded). Which owner it was (a Ray worker's title, a
 service's name) is reaper's log line's: /proc no longer has it.
 
-At most MAX_SCANNED processes' descriptors are read per frame: a node of 20,000
-processes is not a million readlinks a second.
+At most MAX_SCANNED processes' descriptors are read, at most once every EVERY seconds
+(Scan): a node of 20,000 processes is not a million readlinks a second.
 """
 from __future__ import annotations
 
 from reaper.text import display
 
 MAX_SCANNED = 2000
+EVERY = 5.0             # seconds a scan serves the refreshes (a Ray worker holds hundreds of descriptors)
 
 
 def globs(environ) -> tuple:
@@ -67,3 +68,16 @@ def _owner(p, table: dict, orphan: bool, me: int) -> str:
 
     ray, job = from_environ(p.pid)
     return "ended" + (f" (job {job})" if job else " (unknown job)" if ray else "")
+
+
+class Scan:
+    """find() at most once every EVERY seconds; the refreshes between show its result."""
+
+    def __init__(self) -> None:
+        self.at = None
+        self.result = ([], 0, 0)
+
+    def get(self, now: float, *args) -> tuple:
+        if self.at is None or not 0 <= now - self.at < EVERY:
+            self.result, self.at = find(*args), now
+        return self.result

@@ -58,6 +58,7 @@ class Source:
         self.before = None              # the fetch before it, for rates: (samples, time)
         self.sort = "cpu"
         self.finder = None
+        self.holders = None             # holders.Scan, made on the first local frame
 
     def frame(self, now: float) -> Frame:
         f = Frame()
@@ -109,7 +110,10 @@ class Source:
 
         main = v.get(N.MAIN_CHILD_PID)
         runs = {int(s.value) for s in v.rows(N.SERVICE_PID) if known(s.value)}
+        if self.holders is None:
+            self.holders = holders.Scan()
         return {"pid": int(pid), "table": table, "boot": boot, "main": int(main) if known(main) else None,
+                "scan": self.holders,
                 "pids": runs if main is not None or runs else None,     # None: a reaper too old to give them
                 "watch": figures.role(v) == "watch", "devices": holders.globs(self.environ)}
 
@@ -234,9 +238,7 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
         cmd = os.path.basename(head) + sep + rest          # python3, not its whole path
         f.main = (f"pid {main.pid}, {STATES.get(main.state, main.state)}, up {figures.dur(now - boot - main.started)}"
                   f": {display(cmd)}")
-    from reaper.commands.top import holders
-
-    f.holders, *f.scanned = holders.find(table, me, {p.pid for p in kept}, local["devices"])
+    f.holders, *f.scanned = local["scan"].get(time.monotonic(), table, me, {p.pid for p in kept}, local["devices"])
     found = _find(local, kept, main)
     by_pid = {str(d["pid"]): d for d in f.strays}
     for s in found.values():
