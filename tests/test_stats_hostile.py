@@ -344,7 +344,7 @@ def test_a_page_of_non_finite_numbers_shows_them_as_unknown(tmp_path, value):
     assert not NOT_A_NUMBER.search(view), view
     # reaper_cgroup_pids_available is a flag: not set when it is not a number.
     assert not [ln for ln in view.splitlines() if ln.split()[:1] == ["pids"]], view
-    assert "  self         CPU ?, RSS ? MiB" in view, view
+    assert "  self         reaper's own CPU ?, resident memory ? MiB" in view, view
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["NaN", "+Inf", "-Inf"])

@@ -179,7 +179,8 @@ def leftovers(v) -> "str | None":
          + counted(done, LEFTOVER_ACTIONS))
     holders = v.by(N.LEFTOVER_DEVICE_HOLDERS, "device")
     if any(on(c) for c in holders.values()):
-        text += "; of them holding a device now: " + ", ".join(f"{n(c)} {dev}" for dev, c in sorted(holders.items()) if c)
+        text += "; of them holding a device now: " + \
+            ", ".join(f"{n(c)} {dev}" for dev, c in sorted(holders.items()) if c)
     tracked = v.get(N.LEFTOVERS_TRACKED)
     if tracked is not None:
         text += f"; {n(tracked)} running processes below a Ray worker or a service"

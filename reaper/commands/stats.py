@@ -164,7 +164,8 @@ def _zombies(v):
         parents = [(s.labels.get("parent_name", ""), s.labels.get("parent_pid", ""), s.value)
                    for s in v.rows(N.ZOMBIES_BY_PARENT)]
         text += f", oldest {seconds(v.get(N.ZOMBIE_OLDEST_AGE_SECONDS) or 0)}"
-        text += "; their parents, which have not waited: " + ", ".join(f"{name}[{pid}] {n(count)}" for name, pid, count in parents)
+        text += "; their parents, which have not waited: " + \
+            ", ".join(f"{name}[{pid}] {n(count)}" for name, pid, count in parents)
     yield "zombies", text
 
 
@@ -205,8 +206,9 @@ def _budgets(v):
     budget = v.rows(N.BUDGET_INFO)
     used = f"strays used {seconds(v.get(T(N.STRAY_CPU_SECONDS)) or 0)} of CPU"
     if budget:
+        labels = budget[0].labels
         held = [f"{what} budget by {figures.MECHANISMS.get(m, m)}" for what, m in
-                (("CPU", budget[0].labels.get("mechanism", "")), ("memory", budget[0].labels.get("memory_mechanism", "")))
+                (("CPU", labels.get("mechanism", "")), ("memory", labels.get("memory_mechanism", "")))
                 if m not in ("", "none")]
         text = "on" + (f" ({', '.join(held)})" if held else "") + f"; {used}"
         over = v.by(T(N.BUDGET_VIOLATIONS), "reason")
@@ -303,7 +305,8 @@ def _self(v):
     cpu = v.get(T(N.CPU_SECONDS))
     rss = v.get(N.RESIDENT_MEMORY_BYTES)
     if cpu is not None:
-        yield "self", f"CPU {seconds(cpu)}" + (f", RSS {fmt(rss / 2**20, '.1f')} MiB" if rss else "")
+        yield "self", (f"reaper's own CPU {seconds(cpu)}"
+                       + (f", resident memory {fmt(rss / 2**20, '.1f')} MiB" if rss else ""))
 
 
 # The rows, in order, each with the modes it applies to (figures.mode): watch reaps
