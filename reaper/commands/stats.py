@@ -16,7 +16,8 @@ import time
 
 from reaper import options
 from reaper.commands import args as client_args
-from reaper.commands.figures import bound, dur, fmt, head, n, pairs, processes, quantile, seconds, services
+from reaper.commands import figures
+from reaper.commands.figures import bound, counted, dur, fmt, head, n, pairs, processes, quantile, seconds, services
 from reaper.metrics import client
 from reaper.metrics import names as N
 from reaper.metrics.client import known, on
@@ -85,10 +86,17 @@ def _mtime(path: str) -> "float | None":
 def render(samples, ended: "float | None" = None) -> str:
     """The view; ended: when a metrics file was last written (a finished run's end)."""
     v = client.View(samples)
+    mode = figures.mode(v)
     lines = [head(v, ended=ended)]
-    for row in ROWS:
-        for title, text in row(v):
-            lines.append(f"  {title:<12} {text}")
+    if mode == "node":              # reaper node: the node's view, nothing of a reaper's own
+        lines = [f"reaper {v.info('version')} (node)"]
+        rows = figures.node_rows(v, samples)        # pressure is a rate: reaper top has it
+    else:
+        rows = [row for fn, modes in ROWS if mode in modes for row in fn(v)]
+    title = None
+    for section, text in rows:
+        lines.append(f"  {section if section != title else '':<12} {text}")
+        title = section or title
     # Labels are the page's words (a process's name among them): one line each, no escape sequences.
     return "\n".join(display(line) for line in lines) + "\n"
 
@@ -96,9 +104,7 @@ def render(samples, ended: "float | None" = None) -> str:
 # The rows, in order: each yields (title, text) pairs, none when it has nothing to say.
 
 def _main_child(v):
-    if v.info("mode") != "init":
-        return
-    text = v.current(N.MAIN_CHILD_STATE, "state") or "none (pause mode)"
+    text = v.current(N.MAIN_CHILD_STATE, "state") or "?"
     outcome = v.current(N.MAIN_CHILD_OUTCOME, "outcome")
     code = v.get(N.MAIN_CHILD_EXIT_CODE)
     if code is not None:
@@ -123,13 +129,20 @@ def _services(v):
         code = sv.get(N.SERVICE_LAST_EXIT_CODE)
         if code is not None:
             text += f", last exit {n(code)}"
-        yield "service" if i == 0 else "", text
+        yield "service", text
 
 
 def _reaped(v):
     reaped = v.by(T(N.REAPED), "kind")
+    total = sum(reaped.values())
+    if not total:
+        yield "reaped", "none yet" if known(total) or not reaped else "?"
+        return
+    text = f"{n(total)} {'process' if total == 1 else 'processes'} ({counted(reaped, figures.KINDS)})"
     orphans = v.by(T(N.REAPED), "outcome", kind="orphan")
-    yield "reaped", f"{n(sum(reaped.values()))} ({pairs(reaped)}); orphans by outcome: {pairs(orphans)}"
+    if any(orphans.values()):
+        text += "; the orphans: " + counted({figures.outcome(k): c for k, c in orphans.items()})
+    yield "reaped", text
 
 
 def _latency(v):
@@ -138,20 +151,21 @@ def _latency(v):
     if on(count):
         p50, p99 = quantile(buckets, 0.5), quantile(buckets, 0.99)
         mean = (v.get(N.REAP_LATENCY_SECONDS + "_sum") or 0) / count
-        yield "reap latency", (f"mean {seconds(mean)}, p50 <= {bound(p50)}, p99 <= {bound(p99)} "
-                               f"over {n(count)} {'reap' if count == 1 else 'reaps'}")
+        yield "reap latency", (f"exit to reap: mean {seconds(mean)}, half within {bound(p50)}, 99% within "
+                               f"{bound(p99)} ({n(count)} {'reap' if count == 1 else 'reaps'})")
     elif count is not None and not known(count):
         yield "reap latency", "?"
 
 
 def _zombies(v):
     zombies = v.get(N.ZOMBIES)
-    text = f"{n(zombies)} now"
+    text = f"{n(zombies)} now" if zombies else "none now"
     if on(zombies):
         parents = [(s.labels.get("parent_name", ""), s.labels.get("parent_pid", ""), s.value)
                    for s in v.rows(N.ZOMBIES_BY_PARENT)]
         text += f", oldest {seconds(v.get(N.ZOMBIE_OLDEST_AGE_SECONDS) or 0)}"
-        text += "; by parent: " + ", ".join(f"{name}[{pid}] {n(count)}" for name, pid, count in parents)
+        text += "; their parents, which have not waited: " + \
+            ", ".join(f"{name}[{pid}] {n(count)}" for name, pid, count in parents)
     yield "zombies", text
 
 
@@ -160,14 +174,16 @@ def _processes(v):
 
 
 def _signals(v):
-    yield "signals", (f"received: {pairs(v.by(T(N.SIGNALS_RECEIVED), 'signal'))}; "
-                      f"forwarded: {pairs(v.by(T(N.SIGNALS_FORWARDED), 'signal'))}")
+    got = counted(v.by(T(N.SIGNALS_RECEIVED), "signal"))
+    text = f"received {got}" if got else "none received"
+    sent = counted(v.by(T(N.SIGNALS_FORWARDED), "signal"))
+    if sent:                        # pause and watch have no main child to pass them to
+        text += f"; passed on to the main child {sent}"
+    yield "signals", text
 
 
 def _drain(v):
     """What the end-of-life drain did, in words."""
-    if v.info("mode") != "init":
-        return
     phase = v.current(N.PHASE, "phase") or ""
     paused = v.current(N.MAIN_CHILD_STATE, "state") is None
     took = v.get(N.DRAIN_DURATION_SECONDS)
@@ -188,24 +204,45 @@ def _drain(v):
 
 def _budgets(v):
     budget = v.rows(N.BUDGET_INFO)
-    text = f"stray CPU {seconds(v.get(T(N.STRAY_CPU_SECONDS)) or 0)}"
+    used = f"strays used {seconds(v.get(T(N.STRAY_CPU_SECONDS)) or 0)} of CPU"
     if budget:
-        mech = budget[0].labels.get("mechanism", "")
-        memory = budget[0].labels.get("memory_mechanism", "none")
-        text = f"on ({mech}{'' if memory in ('', 'none') else ', memory ' + memory}), " + text
-        text += f"; violations: {pairs(v.by(T(N.BUDGET_VIOLATIONS), 'action'))}"
-        text += f"; actions: {pairs(v.by(T(N.BUDGET_ACTIONS), 'action'))}"
-        reasons = {k: c for k, c in v.by(T(N.BUDGET_ACTIONS), "reason").items() if k != "any"}
-        if reasons:
-            text += f" (for {pairs(reasons)})"
-    else:
-        text = "off, " + text
+        labels = budget[0].labels
+        held = [f"{what} budget by {figures.MECHANISMS.get(m, m)}" for what, m in
+                (("CPU", labels.get("mechanism", "")), ("memory", labels.get("memory_mechanism", "")))
+                if m not in ("", "none")]
+        text = "on" + (f" ({', '.join(held)})" if held else "") + f"; {used}"
+        over = v.by(T(N.BUDGET_VIOLATIONS), "reason")
+        times = sum(over.values())
+        why = counted({f"for {figures.REASONS.get(k, k)}": c for k, c in over.items() if k})
+        text += (f"; over a budget {n(times)} {'time' if times == 1 else 'times'}" + (f" ({why})" if why else "")
+                 if times else "; none over a budget")
+        acted = {f"{figures.ACTIONS.get(a, a)} for {figures.REASONS.get(r, r)}": c
+                 for (a, r), c in _pairs2(v, T(N.BUDGET_ACTIONS), "action", "reason").items()}
+        if acted:
+            text += f"; acted on: {counted(acted)}"
+    else:                           # nothing measures strays' CPU then
+        text = "off (no budget option given)"
     yield "budgets", text
     memory = {s.labels.get("pid", ""): s.value for s in v.rows(N.STRAY_MEMORY_BYTES)}
     for s in sorted(v.rows(N.STRAY_CPU_CORES), key=lambda s: -s.value if known(s.value) else math.inf)[:5]:
         rss = memory.get(s.labels.get("pid", ""))
-        yield "", (f"stray {s.labels.get('name', '')}[{s.labels.get('pid', '')}] {fmt(s.value, '.2f')} cores"
-                   + (f", {fmt(rss / 2**20, '.0f')} MiB" if rss else "") + f" ({s.labels.get('action', '')})")
+        yield "budgets", (f"stray {s.labels.get('name', '')}[{s.labels.get('pid', '')}] {fmt(s.value, '.2f')} cores"
+                   + (f", {fmt(rss / 2**20, '.0f')} MiB" if rss else "")
+                   + f" ({figures.ACTIONS.get(s.labels.get('action', ''), s.labels.get('action', ''))})")
+
+
+def _pairs2(v, name: str, a: str, b: str) -> dict:
+    out: dict = {}
+    for s in v.rows(name):
+        key = (s.labels.get(a, ""), s.labels.get(b, ""))
+        out[key] = out.get(key, 0) + s.value
+    return out
+
+
+def _leftovers(v):
+    text = figures.leftovers(v)
+    if text is not None:
+        yield "leftovers", text
 
 
 def _node_cpu(v):
@@ -268,8 +305,13 @@ def _self(v):
     cpu = v.get(T(N.CPU_SECONDS))
     rss = v.get(N.RESIDENT_MEMORY_BYTES)
     if cpu is not None:
-        yield "self", f"CPU {seconds(cpu)}" + (f", RSS {fmt(rss / 2**20, '.1f')} MiB" if rss else "")
+        yield "self", (f"reaper's own CPU {seconds(cpu)}"
+                       + (f", resident memory {fmt(rss / 2**20, '.1f')} MiB" if rss else ""))
 
 
-ROWS = (_main_child, _services, _reaped, _latency, _zombies, _processes, _signals, _drain, _budgets, _node_cpu,
-        _cgroups, _cgroup_v2, _pids, _self)
+# The rows, in order, each with the modes it applies to (figures.mode): watch reaps
+# nothing and has no main child, pause (-P) has no main child, reaper node has its own.
+INIT, REAPS, OWN = ("init",), ("init", "pause"), ("init", "pause", "watch")
+ROWS = ((_main_child, INIT), (_services, REAPS), (_reaped, REAPS), (_latency, REAPS), (_zombies, OWN),
+        (_processes, OWN), (_signals, OWN), (_drain, REAPS), (_budgets, OWN), (_leftovers, REAPS), (_node_cpu, OWN),
+        (_cgroups, OWN), (_cgroup_v2, OWN), (_pids, OWN), (_self, OWN))

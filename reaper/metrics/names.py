@@ -22,12 +22,14 @@ SOURCE_AVAILABLE = "reaper_source_available"        # the collector's own (colle
 # main child (sections/main_child.py)
 MAIN_CHILD_STATE = "reaper_main_child_state"
 MAIN_CHILD_UP = "reaper_main_child_up"
+MAIN_CHILD_PID = "reaper_main_child_pid"
 STOP_REQUESTED = "reaper_stop_requested"
 MAIN_CHILD_EXIT_CODE = "reaper_main_child_exit_code"
 MAIN_CHILD_OUTCOME = "reaper_main_child_outcome"
 PHASE = "reaper_phase"
 # services (sections/services.py)
 SERVICE_UP = "reaper_service_up"
+SERVICE_PID = "reaper_service_pid"
 SERVICE_READY = "reaper_service_ready"
 SERVICE_STARTS = "reaper_service_starts"
 SERVICE_FAILED = "reaper_service_failed"
@@ -89,8 +91,10 @@ CGROUP_PIDS = "reaper_cgroup_pids"
 CGROUP_PIDS_MAX = "reaper_cgroup_pids_max"
 # reaper node's (reaper/node/collector.py writes them; reaper top reads them)
 NODE_ZOMBIES = "reaper_node_zombies"
+NODE_ZOMBIES_BY_CGROUP = "reaper_node_zombies_by_cgroup"
 NODE_CPU_SATURATION_STREAK_SECONDS = "reaper_node_cpu_saturation_streak_seconds"
 NODE_CPU_SATURATION_STREAK_MAX_SECONDS = "reaper_node_cpu_saturation_streak_max_seconds"
+NODE_CPU_SATURATION_STREAK_LENGTH_SECONDS = "reaper_node_cpu_saturation_streak_length_seconds"
 # leftovers (sections/leftovers.py)
 LEFTOVERS = "reaper_leftovers"
 LEFTOVER_OWNERS_ENDED = "reaper_leftover_owners_ended"

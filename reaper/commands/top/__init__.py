@@ -33,6 +33,7 @@ FLAGS = (
 ENVIRONMENT = client_args.ENVIRONMENT + (
     ("REAPER_STRAY_MATCH", "with REAPER_PROTECT and REAPER_NO_RAY_AWARE: as reaper reads them, to tell "
                            "why a process is a stray (in reaper's PID namespace)"),
+    ("REAPER_DEVICES", "as reaper reads it: the device files whose holders are shown (in reaper's PID namespace)"),
     ("COLUMNS, LINES", "the screen's size, where the terminal does not say"),
 )
 

@@ -8,6 +8,7 @@ Everything here is hostile input (a page, a process's name and command line): it
 kept as text, shown through text.display, never as markup.
 """
 import os
+import time
 
 from reaper.commands import figures
 from reaper.metrics import client
@@ -17,6 +18,7 @@ from reaper.text import display
 
 SORTS = {"c": "cpu", "m": "memory", "p": "pid", "a": "age"}
 SAME_START = 2.0        # seconds: reaper's start on the page and in /proc agree within this
+SAME_RUN = 0.5          # seconds: a service's start on the page and its run's in /proc agree within this
 MAX_HUNG = 4            # fetch threads left behind (client.fetch gives up on them) before a pause
 
 
@@ -32,10 +34,15 @@ class Frame:
         self.parents: list = []         # (name, pid, count)
         self.strays: list = []          # dicts: pid name reason action cpu memory age
         self.services: list = []        # (name, state, starts, up)
+        self.service_starts: list = []  # when each running service's current run started (the page's)
         self.cores: list = []           # (cpu, busy, saturated seconds, streak, longest): None unknown
         self.counts = ""
         self.local = False
         self.node = False               # reaper node: no processes of its own, no strays
+        self.node_rows: list = []       # reaper node: (section, text), reaper/node/view.py's
+        self.leftovers = ""             # the leftovers of ended owners, counted (figures.leftovers)
+        self.holders: list = []         # dicts: pid name devices state owner, from this /proc (holders.py)
+        self.scanned = (0, 0)           # processes whose descriptors were read, of all
 
 
 class Source:
@@ -47,8 +54,11 @@ class Source:
         self.timeout = timeout
         self.environ = os.environ if environ is None else environ
         self.samples = None
+        self.fetched = None             # monotonic time of the last good fetch
+        self.before = None              # the fetch before it, for rates: (samples, time)
         self.sort = "cpu"
         self.finder = None
+        self.holders = None             # holders.Scan, made on the first local frame
 
     def frame(self, now: float) -> Frame:
         f = Frame()
@@ -57,13 +67,21 @@ class Source:
             f.error = f"{hung} fetches of {display(self.url)} still hang: not fetching again until one ends"
         else:
             try:
-                self.samples = client.fetch(self.url, self.timeout)
+                samples = client.fetch(self.url, self.timeout)
             except client.Unreadable as e:
                 f.error = str(e)
+            else:
+                if self.samples is not None:
+                    self.before = (self.samples, self.fetched)
+                self.samples, self.fetched = samples, time.monotonic()
         if self.samples is None:
             return f
         v = f.view = client.View(self.samples)
         fill(f, v, now, self.sort)
+        if f.node:
+            before, then = self.before or (None, None)
+            f.node_rows = figures.node_rows(v, self.samples, before, self.fetched - then if then is not None else None)
+            return f
         try:
             local = self.local(v)
         except Exception as e:          # /proc read fails or changes under us: the page alone
@@ -88,8 +106,16 @@ class Source:
         boot = _boot_time()
         if me is None or boot is None or abs(boot + me.started - start) > SAME_START:
             return None
-        return {"pid": int(pid), "table": table, "boot": boot, "services": len(figures.services(v)),
-                "watch": figures.role(v) == "watch"}
+        from reaper.commands.top import holders
+
+        main = v.get(N.MAIN_CHILD_PID)
+        runs = {int(s.value) for s in v.rows(N.SERVICE_PID) if known(s.value)}
+        if self.holders is None:
+            self.holders = holders.Scan()
+        return {"pid": int(pid), "table": table, "boot": boot, "main": int(main) if known(main) else None,
+                "scan": self.holders,
+                "pids": runs if main is not None or runs else None,     # None: a reaper too old to give them
+                "watch": figures.role(v) == "watch", "devices": holders.globs(self.environ)}
 
 
 def _own_pid_namespace() -> "float | None":
@@ -100,21 +126,20 @@ def _own_pid_namespace() -> "float | None":
 
 
 def _boot_time() -> "float | None":
+    """When the host booted, seconds since the epoch: process start times are since boot."""
+    from reaper.procfs.system import uptime
+
     try:
-        with open("/proc/stat", "rb") as f:
-            for line in f.read(1 << 20).splitlines():
-                if line.startswith(b"btime "):
-                    return float(line.split()[1])
+        return time.time() - uptime()
     except (OSError, ValueError, IndexError):
         return None
-    return None
 
 
 def fill(f: Frame, v, now: float, sort: str) -> None:
     """The frame's parts that come from the page."""
     f.head = figures.head(v, now=now)
-    if v.rows(N.MAIN_CHILD_STATE):
-        f.main = v.current(N.MAIN_CHILD_STATE, "state") or "none (pause mode)"
+    if v.rows(N.MAIN_CHILD_STATE) and figures.mode(v) == "init":      # pause mode has no main child
+        f.main = v.current(N.MAIN_CHILD_STATE, "state") or "?"
         code = v.get(N.MAIN_CHILD_EXIT_CODE)
         if code is not None:
             f.main += f", exit code {figures.n(code)}"
@@ -132,8 +157,11 @@ def fill(f: Frame, v, now: float, sort: str) -> None:
         sv = parts.get(name) or client.View([])
         since = sv.get(N.SERVICE_START_TIME_SECONDS)
         up = figures.dur(now - since) if since is not None and on(sv.get(N.SERVICE_UP)) else "-"
+        if up != "-" and known(since):
+            f.service_starts.append(since)
         f.services.append((name, sv.current(N.SERVICE_STATE, "state") or "?", sv.get(N.total(N.SERVICE_STARTS)), up))
     f.cores = _cores(v)
+    f.leftovers = figures.leftovers(v) or ""
 
 
 def _num(x) -> float:
@@ -192,17 +220,25 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
     f.local = True
     table, me, boot = local["table"], local["pid"], local["boot"]
     children = sorted((p for p in table.values() if p.ppid == me and p.state != "Z"), key=lambda p: p.start)
-    # The services start first, then the main child: reaper's k+1 oldest children (k
-    # services), the main child the last of them while no service was restarted.
-    kept = children[:1 + local["services"]]
-    restarted = any(not known(starts) or starts != 1 for _, _, starts, _ in f.services)
-    main = kept[-1] if kept and f.main.startswith("running") and not restarted else None
+    # reaper's own children: the main child and each service's current run, by the pids
+    # the page gives; a reaper too old to give them: the runs started when the page says
+    # (within SAME_RUN), the main child the oldest of the others. The rest were
+    # re-parented to reaper: their owner ended.
+    if local["pids"] is not None:
+        runs = [p for p in children if p.pid in local["pids"]]
+        main = next((p for p in children if p.pid == local["main"]), None)
+    else:
+        runs = [p for p in children if any(abs(boot + p.started - t) <= SAME_RUN for t in f.service_starts)]
+        rest = [p for p in children if p not in runs]
+        main = rest[0] if rest and f.main.startswith("running") else None
+    kept = runs + ([main] if main is not None else [])
     if main is not None:
         cmd = processes.read_cmdline(main.pid) or f"[{main.comm}]"
         head, sep, rest = cmd.partition(" ")
         cmd = os.path.basename(head) + sep + rest          # python3, not its whole path
-        f.main = (f"pid {main.pid}, {_STATES.get(main.state, main.state)}, up {figures.dur(now - boot - main.started)}"
+        f.main = (f"pid {main.pid}, {STATES.get(main.state, main.state)}, up {figures.dur(now - boot - main.started)}"
                   f": {display(cmd)}")
+    f.holders, *f.scanned = local["scan"].get(time.monotonic(), table, me, {p.pid for p in kept}, local["devices"])
     found = _find(local, kept, main)
     by_pid = {str(d["pid"]): d for d in f.strays}
     for s in found.values():
@@ -218,7 +254,7 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
     _sort(f.strays, sort)
 
 
-_STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
+STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
            "I": "idle"}
 
 

@@ -38,20 +38,28 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
         parts.append(_t(f"main child  {frame.main}"))
     if not frame.node:
         parts.append(_t(f"processes   {frame.counts}"))
-    z = f"zombies     {frame.zombies}"
-    if frame.parents:
-        z += ", by parent: " + ", ".join(f"{name}[{pid}] {figures.n(n)}" for name, pid, n in frame.parents)
-    parts.append(_t(z))
+    if not frame.node:                      # reaper node's are among its rows
+        z = f"zombies     {frame.zombies}"
+        if frame.parents:
+            z += ", by parent: " + ", ".join(f"{name}[{pid}] {figures.n(n)}" for name, pid, n in frame.parents)
+        parts.append(_t(z))
     for i, (name, state, starts, up) in enumerate(frame.services):
         restarts = starts - 1 if known(starts) and starts >= 1 else None
         parts.append(_t(f"{'services' if i == 0 else '':<12}{name}: {state}, up {up}, "
                         f"restarts {figures.n(restarts)}"))
-    if frame.node:                          # the node's cores are its subject: every line left
-        parts += [_t(line) for line in _cores(frame.cores, width, max(height - len(parts) - 1, 2))]
+    if frame.node:                          # the node's view (reaper/node/view.py): every line left
+        room, title = max(height - len(parts) - 1, 1), None
+        for section, text in frame.node_rows[:room]:
+            parts.append(_t(f"{section if section != title else '':<12}{text}"))
+            title = section
         parts.append(_t("q quit", "dim"))
         return Group(*parts)
+    if frame.leftovers:
+        parts.append(_t(f"leftovers   {frame.leftovers}"))
     if frame.cores:
         parts += [_t(line) for line in _cores(frame.cores, width)]
+    if frame.holders:
+        parts += _holders(frame, max(height - len(parts) - 8, 2))      # room left for some strays
     room = height - len(parts) - 3          # the table's head, a blank line, the key line
     table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold reverse")
     for col, kw in (("PID", {"justify": "right"}), ("NAME", {"max_width": 18}), ("WHY", {}),
@@ -68,6 +76,25 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
                  "bold"), table]
     parts.append(_t("q quit  c cpu  m memory  p pid  a age", "dim"))
     return Group(*parts)
+
+
+def _holders(frame: model.Frame, room: int) -> list:
+    """Device holders and stopped leftovers, with their owner (model.py, holders.py)."""
+    table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold reverse")
+    for col, kw in (("PID", {"justify": "right"}), ("NAME", {"max_width": 18}), ("STATE", {}),
+                    ("DEVICES", {"max_width": 30}), ("OWNER", {})):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", **kw)
+    shown = frame.holders[:max(room - 2, 1)]
+    for d in shown:
+        table.add_row(_t(d["pid"]), _t(d["name"]), _t(model.STATES.get(d["state"], d["state"])), _t(d["devices"]),
+                      _t(d["owner"]))
+    title = f"device holders and stopped leftovers {len(frame.holders)}"
+    if len(shown) < len(frame.holders):
+        title += f" ({len(shown)} shown)"
+    scanned, every = frame.scanned
+    if scanned < every:
+        title += f"; descriptors read of {scanned} of {every} processes"
+    return [_t(title, "bold"), table]
 
 
 def _cores(cores: list, width: int, lines: int = 2) -> list:

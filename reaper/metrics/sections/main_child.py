@@ -18,6 +18,9 @@ def collect(r, available):
         g.add_metric([state], 1 if s.main_state == state else 0)
     yield g
     yield G(N.MAIN_CHILD_UP, "1 while the main child runs", value=1 if s.main_state == "running" else 0)
+    if s.main_state == "running" and s.main_pid is not None:
+        yield G(N.MAIN_CHILD_PID, "The main child's pid in reaper's PID namespace, while it runs "
+                                  "(reaper top tells reaper's own children from what it adopted)", value=s.main_pid)
     yield G(N.STOP_REQUESTED, "1 once reaper was asked to stop (SIGTERM, SIGINT, SIGQUIT from "
                               "outside) before the main child ended", value=1 if s.stop_requested else 0)
     if s.main_status is not None:

@@ -43,7 +43,7 @@ def collect(r, available):
 def read(r) -> "dict | None":
     """The process table's view of reaper's scope; None when /proc cannot be read
     (an empty directory bound over it lists nothing, not even reaper)."""
-    from reaper import nodestats
+    from reaper import nodestats, scope
     from reaper.procfs import processes
 
     s, sc = r.stats, r.scope
@@ -55,18 +55,13 @@ def read(r) -> "dict | None":
         up = nodestats.uptime()
     except (OSError, ValueError, IndexError):
         up = None                      # no ages, the counts still hold
-    whole = r.mode == "watch" or sc.is_pid1
-    in_scope = (set(table) - {me}) if whole else processes.descendants(table, me)
+    children = processes.children_index(table.values())
+    in_scope = scope.members(sc, table, children)
     zombies = [table[p] for p in in_scope if table[p].state == "Z"]
     live = [p for p in in_scope if table[p].state != "Z"]
     main = s.main_pid if s.main_state == "running" else None
-    main_tree = set()
-    if main is not None and main in table:
-        main_tree = {main} | processes.descendants(table, main)
-    kept = set(main_tree)
-    for pid in list(sc.supervised):      # services are not strays
-        if pid in table:
-            kept |= {pid} | processes.descendants(table, pid)
+    main_tree = scope.trees(table, [main] if main is not None else [], children)
+    kept = main_tree | scope.trees(table, sc.supervised, children)      # services are not strays
     parents: dict = {}
     for z in zombies:
         parents[z.ppid] = parents.get(z.ppid, 0) + 1

@@ -26,6 +26,8 @@ def collect(r, available):
                                        "by signal N); absent before its first exit", labels=["service"])
     since = G(N.SERVICE_START_TIME_SECONDS, "When the service's current or last run started, "
                                             "seconds since the epoch", labels=["service"])
+    pid = G(N.SERVICE_PID, "The pid of the service's current run in reaper's PID namespace, while it "
+                           "runs", labels=["service"])
     floods = C(N.SERVICE_READY_FLOODS, "Runs of the service whose readiness fd reaper gave up "
                                        "on: too much written without a newline", labels=["service"])
     for svc in services:
@@ -39,5 +41,7 @@ def collect(r, available):
             code.add_metric([svc.name], svc.last_exit_code)
         if svc.started_at is not None:
             since.add_metric([svc.name], svc.started_at)
+        if svc.pid is not None:
+            pid.add_metric([svc.name], svc.pid)
         floods.add_metric([svc.name], svc.ready_floods)
-    yield from (up, ready, starts, failed, state, code, since, floods)
+    yield from (up, ready, starts, failed, state, code, since, pid, floods)
