@@ -308,11 +308,21 @@ def test_ray_pods_fit_pod_security_restricted(name):
                 assert c["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_the_node_daemonset_breaks_only_baselines_host_rules():
-    """reaper node needs the host's pids and files (hostPID, hostPath): nothing else of
-    "restricted" is given up."""
+def test_the_node_daemonset_breaks_only_the_rules_its_privileges_need():
+    """reaper node needs the host's pids and files (hostPID, hostPath), the host's NICs'
+    counters (hostNetwork) and, for the kernel sampler and kallsyms' addresses, PERFMON
+    and SYSLOG, which Kubernetes makes effective only for uid 0: nothing else of
+    "restricted" is given up, and docs/reaper-node.md names each privilege."""
     (spec,) = _pod_specs("reaper-node.yaml")
-    assert _pod_security(spec) == {"baseline-hostPID", "baseline-hostPath", "volume-hostPath"}
+    assert _pod_security(spec) == {"baseline-hostPID", "baseline-hostPath", "volume-hostPath", "baseline-hostNetwork",
+                                   "baseline-capabilities", "capabilities:reaper-node", "runAsNonRoot:reaper-node",
+                                   "runAsUser-0"}
+    (c,) = spec["containers"]
+    assert sorted(c["securityContext"]["capabilities"]["add"]) == ["PERFMON", "SYSLOG"]
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    doc = (REPO / "docs" / "reaper-node.md").read_text()
+    for privilege in ("hostPID", "hostNetwork", "PERFMON", "SYSLOG"):
+        assert privilege in doc, privilege
 
 
 def test_the_pod_security_check_finds_what_breaks_restricted():

@@ -241,7 +241,8 @@ def test_an_undecided_check_is_no_stray_no_verdict_and_no_orphans_below_a_raylet
                  len(children_of(fake.pid)) == 1, what="the process named raylet and its child")
         (below,) = children_of(fake.pid)
         cfg = SimpleNamespace(stray_match=[], protect=[], ray_aware=True)
-        scope = SimpleNamespace(pid=os.getpid(), main_pid=None, supervised=[], is_pid1=False)
+        scope = SimpleNamespace(pid=os.getpid(), main_pid=None, supervised=[], is_pid1=False, watch=False,
+                                phase="running")
         finder = Finder(cfg, scope)
         table = ProcTable()
         table.refresh(time.monotonic(), [os.getpid()])
