@@ -34,6 +34,9 @@ STOP_REQUESTS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 class Supervisor:
+    # The budgets' scope (commands/watch.py's WatchScope is the other): reaper watches no namespace.
+    watch = False
+
     def __init__(self, cfg: Config, log: Log, stats: Stats, waiter, policy, forwarding: dict) -> None:
         self.cfg = cfg
         self.log = log

@@ -332,7 +332,7 @@ def _enforcer(args: list, main_pid: int):
 
     cfg = options.parse([*args, "--", "true"])
     scope = SimpleNamespace(pid=os.getpid(), is_pid1=os.getpid() == 1, main_pid=main_pid,
-                            supervised=set(), watch=False)
+                            supervised=set(), watch=False, phase="running")
     return enforcer.Enforcer(cfg, Log(3), BudgetStats(), scope)
 
 

@@ -2,8 +2,9 @@
 (plain numbers, no process), and the registry as the one source of the options that
 turn budgets on, the metrics' reason labels and the docs' lists.
 
-The recorded samples drive a kind's judge() with a stand-in for the enforcer
-(Recorder) that keeps the actions asked for instead of acting: what a real process
+The recorded samples drive a kind's judge() with a stand-in for the engine
+(budget_recorder.Recorder: a Sample and an Actions door) that keeps the actions asked
+for instead of acting: what a real process
 would get is tested in test_budget*.py."""
 import re
 from pathlib import Path
@@ -13,11 +14,10 @@ import pytest
 
 from reaper import options
 from reaper.budgets import kinds
-from reaper.budgets.enforcer import Enforcer, Tracked, Usage
-from reaper.budgets.lineage import lineages
+from reaper.budgets.enforcer import Usage
 from reaper.budgets.kinds import age, cpu, memory
-from reaper.budgets.strays import Stray
-from reaper.budgets.throttle import DutyCycler
+
+from budget_recorder import Recorder
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MB = 1 << 20
@@ -79,95 +79,6 @@ def test_the_docs_list_the_registrys_kinds():
 
 
 # --- recorded samples ------------------------------------------------------------------
-
-class Log:
-    def __init__(self):
-        self.lines = []
-
-    def warn(self, msg):
-        self.lines.append(("WARN", msg))
-
-    def info(self, msg):
-        self.lines.append(("INFO", msg))
-
-    def debug(self, msg):
-        self.lines.append(("DEBUG", msg))
-
-    def enabled(self, level):
-        return True
-
-
-class Handle:
-    """A process that is never asked: only its exact private memory is read (the total)."""
-
-    def __init__(self, exact=None):
-        self.exact = exact
-
-    def private_memory(self, exact_above=None):
-        return self.exact
-
-    def autogroup_nice(self, value):
-        return True                         # it leads its session: its autogroup reniced
-
-
-class Recorder:
-    """The enforcer as a kind sees it, keeping the actions asked for in `done`."""
-
-    eligible = Enforcer.eligible
-    eligible_lineages = Enforcer.eligible_lineages
-
-    def __init__(self, args, now=100.0):
-        self.cfg = options.parse([*args, "--", "true"], environ={})
-        self.level = {"observe": 0, "nice": 1, "throttle": 2, "terminate": 3}[self.cfg.budget_action]
-        self.log, self.stats, self.watch = Log(), SimpleNamespace(), False
-        self.duty = DutyCycler()
-        self.tracked, self.done, self.now = {}, [], now
-        self.kinds = [k(self) for k in kinds.load(self.cfg)]
-
-    def stray(self, pid, *, age, rate=None, demand=None, mem=None, exact=None, reason="orphan"):
-        """A stray first seen age seconds ago, with the last sample's measures."""
-        key = (pid, 1000 + pid)
-        t = Tracked(key, Stray(pid, key[1], 1, f"s{pid}", f"s{pid}", reason), Handle(exact),
-                    self.now - age, self.kinds)
-        t.use.rate, t.use.demand, t.use.mem = rate, demand if demand is not None else rate, mem
-        t.acct.use.rate, t.acct.use.demand = t.use.rate, t.use.demand     # a lineage of one
-        self.tracked[key] = t
-        return t
-
-    def lineages(self):
-        return lineages(self.tracked.values())
-
-    def judge(self):
-        for kind in self.kinds:
-            kind.judge(self.now)
-        return self.done
-
-    def warnings(self):
-        return [msg for level, msg in self.log.lines if level == "WARN"]
-
-    # what the kinds ask of the enforcer
-    def violation(self, reason, t=None):
-        self.done.append(("violation", reason, t.key[0] if t else None))
-        if t is not None and t.action == "none":
-            t.action = "observe"
-
-    def nice(self, t, reason):
-        if self.level >= 1 and not t.niced:
-            t.niced = True
-            self.done.append(("nice", reason, t.key[0]))
-
-    def kill(self, t, now, reason, why):
-        self.done.append(("terminate", reason, t.key[0]))
-
-    def count(self, action, reason):
-        self.done.append((action, reason, None))
-
-    def once(self, key, msg, level="info"):
-        getattr(self.log, level)(msg)
-
-    def v2_taken(self):
-        return False
-
 
 def test_cpu_over_each_on_numbers():
     assert cpu.over_each(0.5, 0.5, False, 0.25) and not cpu.over_each(0.2, 0.2, False, 0.25)

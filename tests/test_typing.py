@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import reaper
 
 from conftest import importable, require
@@ -98,3 +100,19 @@ def test_mypy_refuses_a_wrong_use_of_the_facade(tmp_path):
                      r"Revealed type is \"def \(argv: list\[str\]", out), out
     errors = re.findall(r"^use_native\.py:(\d+): error: .*\[([\w-]+)\]$", out, re.M)
     assert sorted(errors) == [("5", "arg-type"), ("7", "attr-defined"), ("8", "dict-item")], out
+
+
+def test_the_budget_kinds_their_door_and_their_fake_pass_mypy_strict(tmp_path):
+    """The kinds see a Sample and act through an Actions door, both protocols
+    (reaper/budgets/kinds/__init__.py): the kinds, the real door (actions.py) and the
+    kinds' test fake (tests/budget_recorder.py) are checked against them, so the
+    interface the kinds use is declared, not mirrored. Imports are followed silently:
+    the rest of the budgets is not typed strictly."""
+    if _installed():
+        pytest.skip("run on the source tree: the budgets' test fake is not installed")
+    tests = Path(__file__).resolve().parent
+    files = sorted(str(p) for p in (PKG / "budgets" / "kinds").glob("*.py"))
+    files += [str(PKG / "budgets" / "actions.py"), str(tests / "budget_recorder.py")]
+    r = _mypy(["--follow-imports=silent", *files], cwd=tmp_path, mypypath=f"{PKG.parent}:{tests}")
+    assert r.returncode == 0, r.stdout
+    assert f"Success: no issues found in {len(files)} source files" in r.stdout, r.stdout

@@ -1,6 +1,16 @@
 """Budgets for stray processes: CPU, memory and lifetime.
 
-    enforcer.py       the sampling loop: finds strays, measures them, acts (Enforcer)
+    enforcer.py       the engine (Enforcer): the plugin, one sample's pipeline, the Sample
+                      the kinds read; it alone holds its parts, each the only writer of its state:
+    book.py           who is known: tracked and dormant strays, lineages, the scan, track()
+    schedule.py       who is read when: awake lineages, sleepers due, scans, ages due
+    reader.py         how a stray is read: CPU, memory, the CPU of what reaper reaped
+    actions.py        how reaper acts: the kinds' one door (named levels), the duty cycle,
+                      SIGTERM/SIGKILL, refusals, the action and violation counts
+    publish.py        what BudgetStats shows: over budget, cgroups, the stray list
+    dormant.py        sleeping strays kept as packed records
+    pulse.py          the cheap triggers: when to scan, when to read every stray
+    reaped.py         the CPU of strays no sample read, from what reaper reaped
     kinds/            one module per budget kind, judging its strays: cpu.py, memory.py,
                       age.py; kinds/__init__.py is the registry (reasons, the options
                       that turn each on)

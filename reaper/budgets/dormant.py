@@ -10,7 +10,7 @@ action taken), of which one copy is kept for all the copies of one program.
 
 A stray is dormant from its first sample when it opens a lineage of its own that needs
 nothing more (a plain new stray), or once its lineage, a plain one of one member, rests
-(enforcer._rest: its CPU did not move over a window). What "plain" means is
+(Schedule.rest: its CPU did not move over a window). What "plain" means is
 may_keep's: no action beyond observe taken, no cgroup, no duty cycle, no SIGTERM,
 every kind's state as a new lineage's with nothing left for it to do (Kind.done_with:
 under throttle, the memory budget moves each lineage into a memory cgroup when it
@@ -32,10 +32,12 @@ import sys
 import time
 from collections.abc import Iterator
 
+# _heapq: heapq's C functions without heapq.py (its pure-Python fallbacks cost PID 1 memory).
+from _heapq import heappush, heappushpop
+
 from reaper.budgets.lineage import Tracked
 from reaper.budgets.strays import Stray
-from reaper.procctl import Gone, Handle
-from reaper.procfs.processes import CLK_TCK, read_counters
+from reaper.stats import TOP_STRAYS
 
 # start ticks, verdict number, flags; since, read_at, base, last_cpu, gone_cpu, carried
 # (seconds); rss and private memory (KiB, NONE: unknown); read_boot (ticks, -1: none)
@@ -197,25 +199,23 @@ def since_wall(d: Dormant) -> float:
     return time.time() - (time.monotonic() - d.since)
 
 
-def may_keep(enf, a) -> bool:
-    """Lineage a (enf's), resting or new, can be kept as a dormant record: alone in its
-    lineage, and nothing holds, marks or will judge it but what a new lineage has."""
-    if not enf.small or len(a.members) != 1 or a.duty is not None or a._terms or a._escapes or a._settled:
+def may_keep(book, a) -> bool:
+    """Lineage a (book's: book.Book), resting or new, can be kept as a dormant record:
+    alone in its lineage, and nothing holds, marks or will judge it but what a new
+    lineage has."""
+    if not book.small or len(a.members) != 1 or a.duty is not None or not a.plain():
         return False
     t = a.first()
     if (t.refused is not None or t.term_at is not None or t.cycled or t.killed or t.placed or t.pred is not None
-            or t.action not in ("none", "observe") or (enf.cpus is not None and not t.pinned)):
+            or t.action not in ("none", "observe") or (book.cpus is not None and not t.pinned)):
         return False
-    budget = enf.cfg.memory_budget
-    if budget is not None and (t.use.mem or 0) > budget:
-        return False                     # over once its grace ends: judged then
     for gid in dict.fromkeys(t.groups[:2] if t.groups else ()):
-        e = enf.linker.led.get(gid)
+        e = book.linker.led.get(gid)
         if gid == t.key[0] or (e is not None and e[1] is a):
             return False                 # its groups name its lineage (Linker: group, session)
-    if any(u is t for u in enf.unlinked):
+    if any(u is t for u in book.unlinked):
         return False                     # a hop may join it at the next sample
-    for kind in enf.kinds:
+    for kind in book.kinds:
         if not kind.done_with(a) or not _as_new(a.kinds.get(kind.reason), kind):
             return False
     return True
@@ -226,27 +226,27 @@ class Known:
     ask for them: get() thaws a dormant one (it is needed as a tracked one: a parent,
     a session's maker); `in` does not."""
 
-    __slots__ = ("enf",)
+    __slots__ = ("book",)
 
-    def __init__(self, enf) -> None:
-        self.enf = enf
+    def __init__(self, book) -> None:
+        self.book = book
 
     def get(self, key, default=None):
-        enf = self.enf
-        t = enf.tracked.get(key)
+        book = self.book
+        t = book.tracked.get(key)
         if t is None:
-            t = enf.ghosts.get(key)
-        if t is None and key in enf.dormant:
-            t = enf.thaw(key, "a new stray's parent or session")
+            t = book.ghosts.get(key)
+        if t is None and key in book.dormant:
+            t = book.thaw(key, "a new stray's parent or session")
         return default if t is None else t
 
     def __contains__(self, key) -> bool:
-        return key in self.enf.tracked or key in self.enf.dormant
+        return key in self.book.tracked or key in self.book.dormant
 
     def comm(self, key) -> str | None:
         """The name key's record holds (tracked or dormant, thawing nothing), or None."""
-        t = self.enf.tracked.get(key)
-        return self.enf.dormant.comm(key) if t is None else t.comm
+        t = self.book.tracked.get(key)
+        return self.book.dormant.comm(key) if t is None else t.comm
 
 
 def _as_new(state, kind) -> bool:
@@ -257,32 +257,13 @@ def _as_new(state, kind) -> bool:
     return all(getattr(state, f) == getattr(fresh, f) for f in type(state).__slots__)
 
 
-def read_all(enf, now: float) -> None:
-    """One read of every dormant stray: one whose CPU moved (or that runs) is tracked
-    again and read as such (it wakes); one gone is dropped as a tracked one would be;
-    one whose RSS alone moved has its private memory read again."""
-    enf.dormant_read = now
-    for d in enf.dormant.values():
-        key = d.key
-        c = read_counters(*key)
-        if c is not None and c.state not in ("Z", "X") and c.cpu / CLK_TCK == d.last_cpu and c.state != "R" \
-                and c.comm == d.comm:
-            if c.rss != d.rss:
-                remeasure(enf, d, c.rss)
-            continue
-        t = enf.thaw(key, "" if c is None or c.state in ("Z", "X") else "its CPU moved, or it runs")
-        if enf.tracked.get(key) is t:
-            enf.read(key, t, now)
-
-
-def remeasure(enf, d: Dormant, rss: int) -> None:
-    """A dormant stray's private memory, read again because its RSS moved; one now
-    over its memory budget is tracked again, to be judged."""
-    try:
-        mem = Handle.unchecked(*d.key).private_memory(exact_above=enf.cfg.memory_budget)
-    except (Gone, OSError):
-        mem = None
-    enf.dormant.set_memory(d.key, rss, mem)
-    enf.rows_changed, enf.dormant_top = True, None
-    if mem is not None and enf.cfg.memory_budget is not None and mem > enf.cfg.memory_budget:
-        enf.wake(enf.thaw(d.key, "over its memory budget").acct)
+def top(records: Records) -> list:
+    """The records holding most memory (Stats.TOP_STRAYS of them), the most first: the
+    dormant strays the stray list shows (they use no CPU)."""
+    top: list = []                       # (memory, n, record): the least first
+    for n, d in enumerate(records.values()):
+        if len(top) < TOP_STRAYS:
+            heappush(top, (d.mem, n, d))
+        elif d.mem > top[0][0]:
+            heappushpop(top, (d.mem, n, d))
+    return [d for _, _, d in sorted(top, reverse=True)]

@@ -23,24 +23,26 @@ from reaper.procctl import Gone
 ESCAPES_MAX = 3          # escapes of one lineage from one cgroup before it is held without it
 
 
-def hold(enf, now: float) -> None:
-    """One sample: every member of a lineage a kind holds in a cgroup is in it."""
-    kinds = [k for k in enf.kinds if k.cgroup is not None and getattr(k.cgroup, "mount", None) is not None]
+def hold(kinds: list, judged: list, book, act, prev_sample: float | None, now: float) -> None:
+    """One sample: every member of a lineage of judged a kind holds in a cgroup is in it.
+    book: /proc/PID/cgroup (proc_cgroup); act: the actions door (once, log, escaped);
+    prev_sample: when the last sample was (None: none yet)."""
+    kinds = [k for k in kinds if k.cgroup is not None and k.cgroup.mount is not None]
     if not kinds:
         return
-    for a in enf.lineages():
+    for a in judged:
         for kind in kinds:
             d = kind.leaf_of(a)
             if d is not None:
-                _hold(enf, a, kind, d, now)
+                _hold(book, act, prev_sample, a, kind, d, now)
 
 
-def _hold(enf, a, kind, d: str, now: float) -> None:
+def _hold(book, act, prev_sample, a, kind, d: str, now: float) -> None:
     moved = False
     for t in list(a.members.values()):
         if t.refused is not None or kind.leaf_of(a) != d:
             continue
-        data = enf.proc_cgroup(t.key[0])
+        data = book.proc_cgroup(t.key[0])
         if data is None:
             continue                     # gone: dropped at the next sample
         where = kind.cgroup.dir_of(data)
@@ -51,31 +53,31 @@ def _hold(enf, a, kind, d: str, now: float) -> None:
         # Seen inside before (a child forked inside counts as seen: lineage.py), then
         # elsewhere: it left. A member never seen inside is only put in.
         escaped = t.placed.get(kind.reason) == d
-        if not _put_back(enf, a, t, kind, d):
+        if not _put_back(act, a, t, kind, d):
             continue
         moved = True
         if escaped:
-            escape(enf, a, t, kind, f"left its {kind.reason} cgroup {d} (found in {where or 'a cgroup out of view'})")
+            escape(act, a, t, kind, f"left its {kind.reason} cgroup {d} (found in {where or 'a cgroup out of view'})")
     settled = a.settled.get(kind.reason)
     if moved or kind.leaf_of(a) != d:
         a.settled.pop(kind.reason, None)
         return
-    if settled is not None and enf.prev_sample is not None and settled <= enf.prev_sample:
+    if settled is not None and prev_sample is not None and settled <= prev_sample:
         why = kind.leaking(a)            # in its cgroup for the whole last interval, yet over its cap
         if why:
             for t in list(a.members.values()):
                 if t.refused is None and kind.leaf_of(a) == d:
-                    _put_back(enf, a, t, kind, d)
+                    _put_back(act, a, t, kind, d)
             kind.reassert(a)
             t = a.first()
             if t is not None:
-                escape(enf, a, t, kind, why)
+                escape(act, a, t, kind, why)
             a.settled.pop(kind.reason, None)
             return
     a.settled.setdefault(kind.reason, now)
 
 
-def _put_back(enf, a, t, kind, d: str) -> bool:
+def _put_back(act, a, t, kind, d: str) -> bool:
     """Moves t into d; True if done. One that cannot be moved ends the cgroup for its lineage."""
     first = kind.reason not in t.placed
     try:
@@ -83,7 +85,7 @@ def _put_back(enf, a, t, kind, d: str) -> bool:
     except Gone:
         return False
     except OSError as e:                 # NotPermitted too
-        enf.once(f"escape-move-{kind.reason}", f"cannot move {who(t)} back into {d} ({e.strerror})", "warn")
+        act.once(f"escape-move-{kind.reason}", f"cannot move {who(t)} back into {d} ({e.strerror})", "warn")
         kind.give_up(a, f"cannot be moved back into {d}")
         return False
     t.placed[kind.reason] = d
@@ -91,14 +93,14 @@ def _put_back(enf, a, t, kind, d: str) -> bool:
     return True
 
 
-def escape(enf, a, t, kind, detail: str) -> None:
+def escape(act, a, t, kind, detail: str) -> None:
     """A member of a was found outside its cgroup: counted, said once, and past
     ESCAPES_MAX the lineage is held without that cgroup."""
     n = a.escapes[kind.reason] = a.escapes.get(kind.reason, 0) + 1
-    enf.stats.stray_cgroup_escapes += 1
+    act.escaped()
     if n == 1:
-        enf.log.warn(f"{who(t)} {detail}: moved back")
+        act.log.warn(f"{who(t)} {detail}: moved back")
     else:
-        enf.log.debug(f"{who(t)} {detail}: moved back ({n} times)")
+        act.log.debug(f"{who(t)} {detail}: moved back ({n} times)")
     if n > ESCAPES_MAX and kind.leaf_of(a) is not None:
         kind.give_up(a, f"left its {kind.reason} cgroup {n} times")

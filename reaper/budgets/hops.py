@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import time
 
-from reaper.budgets.lineage import CLK_TCK, Tracked, boot_ticks, read_groups
+from reaper.budgets.lineage import CLK_TCK, Tracked, read_groups
 from reaper.budgets.strays import Stray
-from reaper.procctl import Handle
 from reaper.procfs.processes import read_children, read_cmdline, read_stat
 
 
@@ -60,62 +59,48 @@ def _speed(cpu: float | None, ticks: int) -> float | None:
     return cpu * CLK_TCK / ticks
 
 
-def catch(enf, lost: list) -> None:
+def catch(book, kinds: list, act, stats, lost: list, draining: bool) -> None:
     """lost: (key, CPU seconds at its last stop or None, boot ticks then) of duty cycle
     members found gone. Their last CPU is counted; the forks of those of a duty-cycled
-    lineage join it and are held at once. Reads: reaper's children, then one stat of
-    each child born since the last sample's scan and not looked at yet."""
+    lineage join it (Book.track) and are held at once (Kind.joined). Reads: reaper's
+    children, then one stat of each child born since the last sample's scan and not
+    looked at yet. book: book.Book; act: the actions door (its duty cycle steps on);
+    stats: BudgetStats (the CPU counted)."""
     now = time.monotonic()
     gone = []
     for key, cpu, ticks in lost:
-        t = enf.tracked.get(key)
+        t = book.tracked.get(key)
         if t is None:
             continue
         if cpu is not None and t.last_cpu is not None and cpu > t.last_cpu:
-            enf.stats.stray_cpu_seconds += cpu - t.last_cpu        # what it used to its last stop
+            stats.stray_cpu_seconds += cpu - t.last_cpu             # what it used to its last stop
             t.last_cpu, t.read_boot = cpu, ticks
-        if t.groups is not None and getattr(t.kinds.get("cpu"), "cycling", False):
+        if t.groups is not None and any(kind.cycling(t.acct) for kind in kinds):
             gone.append(t)
-    if not gone or enf.draining:
+    if not gone or draining:
         return
-    for reaper in enf.finder.reapers():
+    for reaper in book.finder.reapers():
         for pid in read_children(reaper):
-            if pid in enf.table.procs or pid in enf.hop_seen:
+            if book.looked_at(pid):
                 continue                     # known to this sample's table, or looked at already
-            enf.hop_seen.add(pid)
-            t = _hop_of(enf, pid, gone, now)
+            t = _hop_of(book, pid, gone, now)
             if t is not None:
-                for kind in enf.kinds:
+                for kind in kinds:
                     kind.joined(t, now)
-    enf.duty.step(now)                       # a new member past its run time this period stops now
+    act.duty.step(now)                       # a new member past its run time this period stops now
 
 
-def _hop_of(enf, pid: int, gone: list, now: float) -> Tracked | None:
+def _hop_of(book, pid: int, gone: list, now: float) -> Tracked | None:
     """pid as a new member of the lineage of one of gone, if it is that one's fork."""
     st = read_stat(pid)
     if st is None or st[3] in ("Z", "X"):
         return None
     key = (pid, st[1])
     groups = read_groups(*key)
-    if key in enf.tracked or groups is None or not groups[2]:
+    if key in book.tracked or groups is None or not groups[2]:
         return None
     cmdline = read_cmdline(pid)
     for g in gone:
         if g.groups[:2] == groups[:2] and g.cmdline == cmdline and key[1] >= g.seen_boot:
-            try:
-                handle = Handle(*key)
-            except OSError:                  # Gone, NotPermitted: the next sample decides
-                return None
-            t = Tracked(key, Stray(pid, key[1], st[0], st[2], cmdline, g.reason), handle, now, enf.kinds,
-                        g.acct, groups, newborn=True)
-            # Read as at its fork (0: it is new): what g burnt until then is estimated now.
-            t.seen_boot = t.read_boot = boot_ticks()
-            t.last_cpu, t.pred = 0.0, g
-            count_unseen(enf.stats, t, enf.reaped is None)
-            enf.tracked[key] = t
-            enf.fresh.append(t)
-            enf.regroup = True
-            enf.stats.strays_seen += 1
-            enf.log.debug(f"stray {pid} ({t.comm}): {t.reason}, lineage of {g.acct.root[0]} (hop, at once)")
-            return t
+            return book.track(key, Stray(pid, key[1], st[0], st[2], cmdline, g.reason), now, groups=groups, hop=g)
     return None

@@ -30,7 +30,7 @@ of the first rule that links it (Linker.find), else opens its own:
              program: never a hop. A fork-copy that opened a lineage of its own
              while the member it hopped from still lived (descheduled between its
              fork and its exit) joins that member's lineage at the next sample, if
-             the member is gone by then (Enforcer._late_hops).
+             the member is gone by then (Book._late_hops).
 
 What cannot be linked: a member born and gone between two samples that leaves its
 group and session (setsid), or execs, or changes its command line, before a sample
@@ -161,6 +161,14 @@ class Account:
             self._settled = {}
         return self._settled
 
+    def plain(self) -> bool:
+        """No SIGTERM sent, no escape counted, no cgroup settled in (dormant.may_keep)."""
+        return not (self._terms or self._escapes or self._settled)
+
+    def terminated(self) -> bool:
+        """A SIGTERM was sent to a member."""
+        return bool(self._terms)
+
     def cpu(self) -> float:
         """CPU the lineage used, as far as reaper saw it."""
         return self.gone_cpu + sum(t.last_cpu - t.base for t in self.members.values() if t.last_cpu is not None)
@@ -202,7 +210,7 @@ class Tracked:
         self.read_at: float | None = None        # when last_cpu was read (monotonic)
         self.prev: tuple | None = None           # (when, CPU) of the read before
         self.action = "none"             # the strongest response applied so far
-        self.refused = None              # procctl.NotPermitted, once reaper may not act on it
+        self.refused: "OSError | None" = None    # procctl.NotPermitted, once reaper may not act on it
         self.niced = False
         self.pinned = False              # --stray-cpus affinity set
         self.cycled = False              # in the duty cycle (SIGSTOP/SIGCONT)

@@ -87,6 +87,6 @@ class ReapedCPU:
 
 def of(scope, stats) -> ReapedCPU | None:
     """A ReapedCPU where reaper reaps the orphans (PID 1, a subreaper), else None."""
-    if getattr(scope, "watch", False) or stats is None:
+    if scope.watch or stats is None:
         return None
     return ReapedCPU(lambda: stats.orphan_cpu_seconds)

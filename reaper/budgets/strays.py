@@ -51,7 +51,7 @@ class Finder:
 
     @property
     def watch(self) -> bool:
-        return bool(getattr(self.scope, "watch", False))
+        return bool(self.scope.watch)
 
     def reapers(self) -> list:
         """Processes whose children to re-read each sample: they adopt orphans."""

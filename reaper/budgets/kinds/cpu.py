@@ -11,15 +11,19 @@ judged as one stray, on its members' CPU together, and every member gets the res
 a new one at its first sample: one cgroup, or one duty cycle (its members stopped and
 resumed together, DutyCycler.Group).
 
-The response, each step including the ones before (the enforcer's level):
+The response, each step including the ones before (the level of the actions door):
 
     nice       nice 19 and SCHED_IDLE; a stray found as an orphan or below an idle
                Ray worker that leads its own session also gets its autogroup reniced
-    throttle   a cgroup of reaper's own (throttle.py: v2, v1), else the enforcer's
+    throttle   a cgroup of reaper's own (throttle.py: v2, v1), else the door's
                SIGSTOP/SIGCONT duty cycle, run for duty_fraction() of each period
     terminate  after --budget-kill-after seconds over budget
 """
 from __future__ import annotations
+
+TYPE_CHECKING = False    # typing's, without importing typing (mypy takes it as true)
+if TYPE_CHECKING:
+    from typing import Any
 
 import errno
 import time
@@ -58,7 +62,7 @@ def over_total(use: float, demand: float, total: float, cycled: bool, pressing: 
     return pressing or use > total or (cycled and demand > total * RELEASE)
 
 
-def shares(demands: dict, total: float) -> dict:
+def shares(demands: dict[Any, float | None], total: float) -> dict[Any, float]:
     """{key: cores} each stray is held to while strays are over the total: the total in
     proportion to each one's demand (key: cores it would use if let run, or None)."""
     least = {key: max(d or 0.0, LEAST_DEMAND) for key, d in demands.items()}
@@ -96,10 +100,10 @@ LEAK_FACTOR = 1.5      # a lineage alone in its cgroup that used more than this 
 LEAK_SLACK = 0.05      # ...plus this many cores over a whole sample is not held by it (escapes.py)
 
 
-_NONE: frozenset = frozenset()
+_NONE: frozenset[tuple[int, int]] = frozenset()
 
 
-def _done(s, key) -> None:
+def _done(s: Any, key: Any) -> None:
     """key's autogroup needs nothing more (a set per lineage only once one does)."""
     if s.autogroup_done is _NONE:
         s.autogroup_done = set()
@@ -112,11 +116,11 @@ class State:
     __slots__ = ("over", "over_since", "autogroup_done", "leaf", "cycling", "fraction",
                  "no_cgroup")
 
-    def __init__(self, stray) -> None:
+    def __init__(self, stray: Any) -> None:
         self.over = False
         self.over_since: float | None = None
         # Members whose autogroup was reniced, or needs none (Handle.autogroup_nice).
-        self.autogroup_done: set = _NONE     # a set of its own once one is added
+        self.autogroup_done: set[tuple[int, int]] | frozenset[tuple[int, int]] = _NONE   # its own set once one is added
         self.leaf: str | None = None     # cpu cgroup directory its members are held in
         self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
         self.fraction = 1.0              # share of each duty period they may run
@@ -128,14 +132,25 @@ class Kind(_Kind):
     State = State
     cgroup: CgroupThrottle | None = None
 
+    def busy(self, acct: Any) -> bool:
+        s = acct.kinds.get("cpu")
+        return s is not None and bool(s.over or s.cycling or s.leaf)
+
+    def cycling(self, acct: Any) -> bool:
+        s = acct.kinds.get("cpu")
+        return s is not None and bool(s.cycling)
+
+    def judges_all(self) -> bool:
+        return self.cfg.cpu_budget_total is not None
+
     def judge(self, now: float) -> None:
-        cfg, enf = self.cfg, self.enf
-        eligible = enf.eligible_lineages(now)
+        cfg, act = self.cfg, self.act
+        eligible = self.sample.eligible_lineages(now)
         over_one = set()
         if cfg.cpu_budget is not None:
             for a in eligible:
                 own = self._own_leaf(a)
-                pressing = None if own is None else self.cgroup.pressing(own)
+                pressing = None if own is None or self.cgroup is None else self.cgroup.pressing(own)
                 if over_each(a.use.rate, a.use.demand, a.kinds["cpu"].cycling, cfg.cpu_budget, pressing):
                     over_one.add(id(a))
         over_all = False
@@ -148,7 +163,7 @@ class Kind(_Kind):
                                   any(a.kinds["cpu"].cycling for a in eligible), pressing)
         share = shares({id(a): a.use.demand for a in eligible}, cfg.cpu_budget_total) if over_all else {}
 
-        for a in enf.lineages():
+        for a in self.sample.lineages():
             s = a.kinds["cpu"]
             over = id(a) in over_one or id(a) in share
             if over and not s.over:
@@ -162,55 +177,56 @@ class Kind(_Kind):
                 continue
             self._respond(a, cfg.cpu_budget if id(a) in over_one else None, share.get(id(a)), now)
 
-    def joined(self, t, now: float) -> None:
+    def joined(self, t: Any, now: float) -> None:
         """A hop of a duty-cycled lineage: niced and duty-cycled like its lineage, now."""
         s = t.acct.kinds["cpu"]
         if not s.over:
             return
-        self.enf.nice(t, "cpu")
-        if s.cycling and self.enf.level >= 2 and t.refused is None:
+        self.act.nice(t, "cpu")
+        if s.cycling and self.act.level >= self.act.THROTTLE and t.refused is None:
             t.cycled = True
             t.action = "throttle"
-            self.enf.count("throttle_sigstop", "cpu")
-            self.enf.duty.set(t.key, t.handle, s.fraction, now, _group(t.acct))
+            self.act.count("throttle_sigstop", "cpu")
+            self.act.cycle(t, s.fraction, now, _group(t.acct))
 
-    def _own_leaf(self, a) -> str | None:
+    def _own_leaf(self, a: Any) -> str | None:
         """a's cgroup if it is its own (capped at its own budget), not the shared one."""
         s = a.kinds["cpu"]
         if self.cgroup is None or s.leaf is None or s.no_cgroup or s.leaf.endswith("/shared"):
             return None
-        return s.leaf
+        leaf: str = s.leaf
+        return leaf
 
-    def _violation(self, a, total: bool) -> None:
+    def _violation(self, a: Any, total: bool) -> None:
         cfg = self.cfg
         t = a.first()
         a.kinds["cpu"].over_since = time.monotonic()
-        self.enf.violation("cpu", t)
+        self.act.violation("cpu", t)
         if total:
             what = f"strays together over --cpu-budget-total {cfg.cpu_budget_total:g}"
         else:
             what = f"over --cpu-budget {cfg.cpu_budget:g}"
-        self.enf.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
+        self.act.log.warn(f"{who(t)} uses {a.use.rate or 0:.2f} cores, "
                           f"{what} (window {cfg.budget_window:g}s): {cfg.budget_action}")
 
-    def _respond(self, a, budget: float | None, share: float | None, now: float) -> None:
+    def _respond(self, a: Any, budget: float | None, share: float | None, now: float) -> None:
         """The configured response to a lineage over budget (its own budget if over that,
         its share of the total if over that), step by step, on every member (a new one
         at its first sample); a member reaper may not act on is left alone from the
         first refusal."""
-        enf = self.enf
+        act = self.act
         for t in list(a.members.values()):
             if t.action == "none":
                 t.action = "observe"
-            enf.nice(t, "cpu")
-            if enf.level >= 1 and t.refused is None and t.key not in a.kinds["cpu"].autogroup_done:
+            act.nice(t, "cpu")
+            if act.level >= act.NICE and t.refused is None and t.key not in a.kinds["cpu"].autogroup_done:
                 self._renice_autogroup(a, t)
-        if enf.level >= 2:
+        if act.level >= act.THROTTLE:
             self._throttle(a, budget, share, now)
-        if enf.level >= 3:
+        if act.level >= act.TERMINATE:
             self._terminate(a, now)
 
-    def _renice_autogroup(self, a, t) -> None:
+    def _renice_autogroup(self, a: Any, t: Any) -> None:
         # Everything in an orphan's or an idle task's session is a stray: its autogroup
         # may be reniced; not so for --stray-match.
         s = a.kinds["cpu"]
@@ -226,36 +242,36 @@ class Kind(_Kind):
             if e.errno == errno.EAGAIN:
                 return      # unprivileged: one autogroup change per 100 ms, machine-wide; next sample
             _done(s, t.key)
-            self.enf.once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
+            self.act.once("fail-autogroup_nice", f"cannot renice the autogroup of stray {t.key[0]} ({t.comm}): "
                                                  f"{e.strerror}; going on without it", "warn")
             return
         _done(s, t.key)
         if done:
-            self.enf.count("autogroup_nice", "cpu")
+            self.act.count("autogroup_nice", "cpu")
 
     # --- throttling --------------------------------------------------------
 
     def _choose_mechanism(self) -> None:
         if self.mechanism is not None:
             return
-        enf = self.enf
+        act = self.act
         try:
-            self.cgroup = CgroupThrottle.probe(skip_v2=enf.v2_taken())
+            self.cgroup = CgroupThrottle.probe(skip_v2=self.sample.v2_taken())
             self.mechanism = self.cgroup.kind
             if self.cfg.cpu_budget_total is not None:
                 self.cgroup.set_total(self.cfg.cpu_budget_total)
-            enf.log.info(f"throttling strays with the {self.cgroup.kind.replace('_', ' ')} cpu controller "
+            act.log.info(f"throttling strays with the {self.cgroup.kind.replace('_', ' ')} cpu controller "
                          f"in {self.cgroup.base}")
         except Unavailable as e:
             self.mechanism = "sigstop"
-            enf.log.info(f"{e}: throttling by SIGSTOP/SIGCONT")
+            act.log.info(f"{e}: throttling by SIGSTOP/SIGCONT")
         except OSError as e:
             self.mechanism = "sigstop"
-            enf.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
-        enf.stats.mechanism = self.mechanism
+            act.log.info(f"cgroup setup failed ({e.strerror}): throttling by SIGSTOP/SIGCONT")
+        act.mechanism("cpu", self.mechanism)
 
-    def _throttle(self, a, budget: float | None, share: float | None, now: float) -> None:
-        enf, s = self.enf, a.kinds["cpu"]
+    def _throttle(self, a: Any, budget: float | None, share: float | None, now: float) -> None:
+        act, s = self.act, a.kinds["cpu"]
         self._choose_mechanism()
         members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
         if self.cgroup is not None and not s.cycling and not s.no_cgroup:
@@ -274,25 +290,26 @@ class Kind(_Kind):
             if not t.cycled:
                 t.cycled = True
                 t.action = "throttle"
-                enf.count("throttle_sigstop", "cpu")
-            enf.duty.set(t.key, t.handle, s.fraction, now, _group(a))
-        if enf.log.enabled(3):
-            enf.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
+                act.count("throttle_sigstop", "cpu")
+            act.cycle(t, s.fraction, now, _group(a))
+        if act.log.enabled(3):
+            act.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
 
-    def _move_into(self, a, members: list, budget: float | None) -> bool:
+    def _move_into(self, a: Any, members: list[Any], budget: float | None) -> bool:
         """Moves a's members into its cgroup (its own, or the shared one); False if it
         cannot be made or a member cannot be moved: then the lineage is duty-cycled."""
-        s = a.kinds["cpu"]
+        s, cg = a.kinds["cpu"], self.cgroup
+        assert cg is not None                # the mechanism is a cgroup
         try:
-            d = self.cgroup.leaf(a.root, budget)
+            d = cg.leaf(a.root, budget)
         except OSError as e:
             return self._no_cgroup(a, e)
         old, s.leaf = s.leaf, d
         a.settled.pop("cpu", None)
         for t in members:
             try:
-                t.handle.checked(lambda: self.cgroup.move(t.key[0], d))
+                t.handle.checked(lambda: cg.move(t.key[0], d))
             except Gone:
                 continue
             except OSError as e:        # NotPermitted too: another user's process
@@ -300,69 +317,69 @@ class Kind(_Kind):
             t.placed["cpu"] = d
             self.placed(t, moved=True)
         if old is not None and old != d:
-            self.cgroup.drop_leaf(old)
-        self.cgroup.pressing(d)
+            cg.drop_leaf(old)
+        cg.pressing(d)
         return True
 
-    def _no_cgroup(self, a, e: OSError) -> bool:
+    def _no_cgroup(self, a: Any, e: OSError) -> bool:
         a.kinds["cpu"].no_cgroup = True
-        self.enf.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup.base} "
+        self.act.once("cgroup-move", f"cannot move stray {a.root[0]} into {self.cgroup and self.cgroup.base} "
                                      f"({e.strerror}): duty-cycling it instead", "warn")
         return False
 
-    def placed(self, t, moved: bool) -> None:
+    def placed(self, t: Any, moved: bool) -> None:
         if t.action in ("none", "observe", "nice"):
             t.action = "throttle"
         if moved:
-            self.enf.count("throttle_cgroup", "cpu")
+            self.act.count("throttle_cgroup", "cpu")
 
-    def _release(self, a, now: float) -> None:
+    def _release(self, a: Any, now: float) -> None:
         """a is back under budget: its members are let run."""
-        s, enf = a.kinds["cpu"], self.enf
+        s, act = a.kinds["cpu"], self.act
         s.cycling = False
         for t in a.members.values():
             if t.cycled:
-                enf.duty.release(t.key, now)
+                act.release(t, now)
                 t.cycled = False
         t = a.first()
         if t is not None:
-            enf.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+            act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
 
-    def _terminate(self, a, now: float) -> None:
+    def _terminate(self, a: Any, now: float) -> None:
         over_since = a.kinds["cpu"].over_since
         if over_since is None or now - over_since < self.cfg.budget_kill_after:
             return
         for t in list(a.members.values()):
-            self.enf.kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
+            self.act.kill(t, now, "cpu", f"over budget for {self.cfg.budget_kill_after:g}s")
 
     # --- escapes (escapes.py) -----------------------------------------------
 
-    def leaf_of(self, a) -> str | None:
+    def leaf_of(self, a: Any) -> str | None:
         s = a.kinds["cpu"]
         return None if s.no_cgroup or self.cgroup is None else s.leaf
 
-    def leaking(self, a) -> str | None:
+    def leaking(self, a: Any) -> str | None:
         """Measured, not estimated (lineage.py): the cores of the members alive through
         the whole last interval."""
         own = self._own_leaf(a)
         rates = [t.own_rate() for t in a.members.values()]
         used = sum(r for r in rates if r is not None)
-        if own is None or self.cfg.cpu_budget is None:
+        if own is None or self.cfg.cpu_budget is None or self.cgroup is None:
             return None
         cap = min(self.cfg.cpu_budget, self.cgroup.total or self.cfg.cpu_budget)
         if used <= cap * LEAK_FACTOR + LEAK_SLACK:
             return None
         return f"used {used:.2f} cores in its cgroup {own}, capped at {cap:g}"
 
-    def reassert(self, a) -> None:
+    def reassert(self, a: Any) -> None:
         own = self._own_leaf(a)
-        if own is not None:
+        if own is not None and self.cgroup is not None:
             try:
                 self.cgroup.leaf(a.root, self.cfg.cpu_budget)
             except OSError:
                 pass
 
-    def give_up(self, a, why: str) -> None:
+    def give_up(self, a: Any, why: str) -> None:
         s = a.kinds["cpu"]
         s.no_cgroup = True
         for t in a.members.values():
@@ -371,11 +388,11 @@ class Kind(_Kind):
                 t.action = "nice" if t.niced else "observe"     # not throttled until the duty cycle holds it
         t = a.first()
         if t is not None:
-            self.enf.log.warn(f"{who(t)} {why}: duty-cycled (SIGSTOP/SIGCONT) instead")
+            self.act.log.warn(f"{who(t)} {why}: duty-cycled (SIGSTOP/SIGCONT) instead")
 
     # --- a stray let go -----------------------------------------------------
 
-    def drop(self, t, alive: bool) -> None:
+    def drop(self, t: Any, alive: bool) -> None:
         """t is no longer a stray: out of its lineage's cgroup (the cgroup goes with the
         lineage's last member: retire)."""
         if t.key in t.kinds["cpu"].autogroup_done:
@@ -388,15 +405,16 @@ class Kind(_Kind):
         except (Gone, OSError):
             pass
 
-    def retire(self, a) -> None:
+    def retire(self, a: Any) -> None:
         s = a.kinds["cpu"]
         if s.leaf is not None and self.cgroup is not None:
             self.cgroup.drop_leaf(s.leaf)
         s.leaf = None
 
 
-def _group(a) -> DutyCycler.Group:
+def _group(a: Any) -> DutyCycler.Group:
     """a's members are stopped and resumed together: their stops are the lineage's."""
     if a.duty is None:
         a.duty = DutyCycler.Group()
-    return a.duty
+    group: DutyCycler.Group = a.duty
+    return group

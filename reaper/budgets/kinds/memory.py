@@ -17,6 +17,10 @@ ends inside its cgroup is said and counted (oom_kill).
 """
 from __future__ import annotations
 
+TYPE_CHECKING = False    # typing's, without importing typing (mypy takes it as true)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
@@ -27,12 +31,12 @@ from reaper.budgets.throttle import Unavailable
 
 # --- the decisions, on one sample's numbers (bytes) ----------------------------------
 
-def over_each(held: dict, budget: int) -> set:
+def over_each(held: dict[Any, int], budget: int) -> set[Any]:
     """The strays (held: key -> private memory, those past their grace) over budget."""
     return {key for key, mem in held.items() if mem > budget}
 
 
-def biggest_first(held: dict, total_held: int, total: int) -> set:
+def biggest_first(held: dict[Any, int], total_held: int, total: int) -> set[Any]:
     """The strays over --memory-budget-total: of held (key -> private memory, those past
     their grace, in the order found), the biggest first, until what all strays hold
     (total_held, those in their grace included) fits the total."""
@@ -45,7 +49,7 @@ def biggest_first(held: dict, total_held: int, total: int) -> set:
     return over
 
 
-def size(n) -> str:
+def size(n: Any) -> str:
     if n is None:
         return "-"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -61,7 +65,7 @@ class State:
 
     __slots__ = ("over", "leaf", "oom0", "tried", "gave_up")
 
-    def __init__(self, stray) -> None:
+    def __init__(self, stray: Any) -> None:
         self.over = False
         self.leaf: str | None = None     # memory cgroup directory its members are held in
         self.oom0 = 0                    # that leaf's OOM kills already said (leaves are reused)
@@ -74,15 +78,23 @@ class Kind(_Kind):
     State = State
     cgroup: MemoryCgroup | None = None
 
+    def busy(self, acct: Any) -> bool:
+        s = acct.kinds.get("memory")
+        return s is not None and bool(s.over or s.leaf)
+
+    def exact_above(self) -> "int | None":
+        budget: int | None = self.cfg.memory_budget
+        return budget
+
     def judge(self, now: float) -> None:
         """Judges what each lineage holds in all (its members' private memory), inside its
         memory cgroup or not: the cgroup caps what it allocates after the move, not what
         it held before."""
-        cfg, enf = self.cfg, self.enf
-        live = [a for a in enf.lineages()
+        cfg, act = self.cfg, self.act
+        live = [a for a in self.sample.lineages()
                 if any(t.use.mem is not None and t.refused is None for t in a.members.values())]
         held = {id(a): self._held(a) for a in live}
-        if enf.level == 2:
+        if act.level == act.THROTTLE:
             for a in live:
                 if not a.kinds["memory"].tried:
                     self._confine(a, held[id(a)])
@@ -104,30 +116,30 @@ class Kind(_Kind):
             over = id(a) in over_one or id(a) in over_all
             if over and not s.over:
                 t = a.first()
-                enf.violation("memory", t)
+                act.violation("memory", t)
                 what = f"over --memory-budget {size(cfg.memory_budget)}" if id(a) in over_one else \
                     f"strays together over --memory-budget-total {size(cfg.memory_budget_total)}"
-                enf.log.warn(f"{who(t)} holds {size(held[id(a)])}{_with(a)}, "
-                             f"{what}: {'terminate' if enf.level >= 2 else cfg.budget_action}")
+                act.log.warn(f"{who(t)} holds {size(held[id(a)])}{_with(a)}, "
+                             f"{what}: {'terminate' if act.level >= act.THROTTLE else cfg.budget_action}")
             s.over = over
             if not over:
                 continue
             for t in list(a.members.values()):
                 if t.action == "none":
                     t.action = "observe"
-                enf.nice(t, "memory")
-                if enf.level >= 2:
-                    enf.kill(t, now, "memory", f"holds {size(t.use.mem)}{_with(a)}, over its memory budget")
+                act.nice(t, "memory")
+                if act.level >= act.THROTTLE:
+                    act.kill(t, now, "memory", f"holds {size(t.use.mem)}{_with(a)}, over its memory budget")
         if self.cgroup is not None:
             self.cgroup.trim()
 
     @staticmethod
-    def _held(a) -> int:
+    def _held(a: Any) -> int:
         """What a lineage holds: its members' private memory (each one's figure, the
         exact one read where that one alone is over the budget: Handle.private_memory)."""
         return sum(t.use.mem for t in a.members.values() if t.use.mem is not None and t.refused is None)
 
-    def _exact(self, a) -> int:
+    def _exact(self, a: Any) -> int:
         """A lineage's total with each member's exact private memory (smaps_rollup), read
         only when the cheap figures are over a budget."""
         for t in a.members.values():
@@ -142,21 +154,21 @@ class Kind(_Kind):
 
     def _memory_cgroup(self) -> MemoryCgroup | None:
         """The memory cgroup, made on first need; None where none can be used (said once)."""
-        enf = self.enf
+        act = self.act
         if self.mechanism is None:
             try:
-                self.cgroup = MemoryCgroup.probe(skip_v2=enf.v2_taken(), total=self.cfg.memory_budget_total)
+                self.cgroup = MemoryCgroup.probe(skip_v2=self.sample.v2_taken(), total=self.cfg.memory_budget_total)
                 self.mechanism = self.cgroup.kind
-                enf.log.info(f"capping strays' memory with the {self.cgroup.kind.replace('_', ' ')} memory "
+                act.log.info(f"capping strays' memory with the {self.cgroup.kind.replace('_', ' ')} memory "
                              f"controller in {self.cgroup.base}")
             except (Unavailable, OSError) as e:
                 self.mechanism = "terminate"
                 why = e if isinstance(e, Unavailable) else f"memory cgroup setup failed ({e.strerror})"
-                enf.log.info(f"{why}: strays over their memory budget are terminated instead")
-            enf.stats.memory_mechanism = self.mechanism
+                act.log.info(f"{why}: strays over their memory budget are terminated instead")
+            act.mechanism("memory", self.mechanism)
         return self.cgroup
 
-    def _confine(self, a, held: int) -> None:
+    def _confine(self, a: Any, held: int) -> None:
         """throttle: moves a lineage, when first seen, into a memory cgroup whose limit is
         its budget (a member found later is put there by escapes.hold). What it held
         before the move stays charged where it was (charges never move with a process):
@@ -164,17 +176,18 @@ class Kind(_Kind):
         holds in all (judge). A fixed limit of the whole budget, never budget minus what
         it held: a stray that frees what it held and allocates again is never killed by
         its cap below its budget."""
-        cfg, enf, s = self.cfg, self.enf, a.kinds["memory"]
+        cfg, act, s = self.cfg, self.act, a.kinds["memory"]
         s.tried = True
         t = a.first()
-        if enf.watch:
+        if self.sample.watch:
             if self.mechanism is None:
-                self.mechanism = enf.stats.memory_mechanism = "terminate"
-                enf.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
+                self.mechanism = "terminate"
+                act.mechanism("memory", "terminate")
+                act.log.info("reaper watch holds memory budgets by terminate: a stray moved into the "
                              "sidecar's own cgroup would be charged to the sidecar")
             return
         if cfg.memory_budget is not None and held >= cfg.memory_budget:
-            enf.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(held)}, over "
+            act.once("mem-over-found", f"stray {t.key[0]} ({t.comm}) already holds {size(held)}, over "
                                        f"--memory-budget {size(cfg.memory_budget)}, when found: it is "
                                        "terminated when its grace is over, not capped", "warn")
             return
@@ -197,7 +210,7 @@ class Kind(_Kind):
         except OSError as e:
             if leaf is not None:
                 mc.give_back(leaf)
-            enf.once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
+            act.once("memory-move", f"cannot move stray {t.key[0]} into {mc.base} ({e.strerror}): "
                                     "strays over their memory budget are terminated instead", "warn")
             return
         if not moved:
@@ -209,29 +222,29 @@ class Kind(_Kind):
             m.placed["memory"] = leaf
             self.placed(m, moved=True)
 
-    def placed(self, t, moved: bool) -> None:
+    def placed(self, t: Any, moved: bool) -> None:
         if t.action in ("none", "observe"):
             t.action = "throttle"
         if moved:
-            self.enf.count("throttle_memory_cgroup", "memory")
+            self.act.count("throttle_memory_cgroup", "memory")
 
     # --- escapes (escapes.py) -----------------------------------------------
 
-    def leaf_of(self, a) -> str | None:
+    def leaf_of(self, a: Any) -> str | None:
         s = a.kinds["memory"]
         return None if s.gave_up or self.cgroup is None else s.leaf
 
-    def give_up(self, a, why: str) -> None:
+    def give_up(self, a: Any, why: str) -> None:
         a.kinds["memory"].gave_up = True
         for t in a.members.values():
             t.placed.pop("memory", None)
         t = a.first()
         if t is not None:
-            self.enf.log.warn(f"{who(t)} {why}: no longer capped, terminated when over its memory budget")
+            self.act.log.warn(f"{who(t)} {why}: no longer capped, terminated when over its memory budget")
 
     # --- a stray let go -----------------------------------------------------
 
-    def drop(self, t, alive: bool) -> None:
+    def drop(self, t: Any, alive: bool) -> None:
         """A member's memory cgroup when it stops being a stray: moved back if alive; if
         one of its lineage died of the OOM killer inside, that is said and counted."""
         mc, s = self.cgroup, t.kinds["memory"]
@@ -247,19 +260,28 @@ class Kind(_Kind):
         # gone, its state not yet Z) when the sample that drops it runs.
         self._said_oom(t, s)
 
-    def _said_oom(self, t, s) -> None:
+    def _said_oom(self, t: Any, s: Any) -> None:
+        if self.cgroup is None:
+            return
         n = self.cgroup.oom_kills(s.leaf)
         if n > s.oom0:
             s.oom0 = n
-            self.enf.count("oom_kill", "memory")
-            self.enf.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
+            self.act.count("oom_kill", "memory")
+            self.act.log.warn(f"stray {t.key[0]} ({t.comm}) was killed by the kernel's OOM killer inside its "
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
-    def done_with(self, a) -> bool:
-        """throttle moves every lineage into a memory cgroup when first judged (_confine)."""
-        return self.enf.level != 2 or a.kinds["memory"].tried
+    def done_with(self, a: Any) -> bool:
+        """A member over its budget is judged once its grace ends; throttle moves every
+        lineage into a memory cgroup when first judged (_confine)."""
+        budget = self.cfg.memory_budget
+        if budget is not None and any((t.use.mem or 0) > budget for t in a.members.values()):
+            return False
+        return self.act.level != self.act.THROTTLE or a.kinds["memory"].tried
 
-    def retire(self, a) -> None:
+    def judges_all(self) -> bool:
+        return self.cfg.memory_budget_total is not None
+
+    def retire(self, a: Any) -> None:
         """The lineage's last member is gone: its leaf goes back to the pool
         (memory_cgroup.py), not away: a removed leaf that still holds the strays' page
         cache would linger as a dying cgroup."""
@@ -269,13 +291,13 @@ class Kind(_Kind):
         s.leaf = None
 
     def closing(self) -> None:
-        for t in self.enf.tracked.values():
+        for t in self.sample.members():
             # A stray the kernel's OOM killer ended since the last sample is still said.
-            if t.kinds["memory"].leaf is not None and not self.enf.tracked_alive(t.key):
+            if t.kinds["memory"].leaf is not None and not self.sample.alive(t.key):
                 self.drop(t, alive=False)
 
 
-def _with(a) -> str:
+def _with(a: Any) -> str:
     """How many processes a lineage's figure covers, where more than one."""
     n = len(a.members)
     return f" with {n - 1} more of its lineage" if n > 1 else ""

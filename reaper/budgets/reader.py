@@ -1,0 +1,189 @@
+"""How the budgets read strays: one /proc/PID/stat each (CPU, RSS, name), private
+memory when the RSS moved, and each lineage's CPU over the window (lineage.Usage).
+
+A sample reads the awake lineages and the main tree's few processes first (the CPU
+they explain of reaper's cgroup: pulse.Pulse.account), then what must be read: every
+stray at a sweep, else the new ones and the sleeping ones due (Schedule). A read that
+finds a stray's CPU moved wakes its lineage; one that finds it renamed has it judged
+again (Book.judge_exec); one that finds it gone drops it (Book.lose). Every dormant
+stray is read at a sweep and every pulse.QUIET_MAX seconds (read_dormant). The CPU of
+strays that no sample read is counted from what reaper reaped (reaped.py).
+
+Private memory is read exactly (smaps_rollup) above the kinds' exact_above threshold.
+"""
+from __future__ import annotations
+
+from reaper.budgets import hops, pulse
+from reaper.procctl import Gone, Handle, NotPermitted
+from reaper.procfs.processes import CLK_TCK, read_counters
+
+KEPT_MAX = 64            # main-tree processes read each sample to explain the cgroup's CPU
+
+
+class Reader:
+    def __init__(self, cfg, stats, scope, kinds: list, act, book, schedule, reaped, now: float) -> None:
+        self.cfg = cfg
+        self.stats = stats
+        self.scope = scope
+        self.act = act
+        self.book = book
+        self.schedule = schedule
+        self.reaped = reaped                     # reaped.ReapedCPU where reaper reaps the orphans
+        # Private memory above this is read exactly (Kind.exact_above: the memory budget's).
+        self.exact_above = next((x for x in (k.exact_above() for k in kinds) if x is not None), None)
+        self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
+        self.dormant_read = now                  # when every dormant stray was last read
+
+    def keep_main(self, kept) -> None:
+        """The main-tree processes read each sample (if few): their CPU is not a stray's."""
+        if kept is None or len(kept) > KEPT_MAX:
+            self.kept = {}
+            return
+        procs, old = self.book.table.procs, self.kept
+        self.kept = {}
+        for pid in kept:
+            p = procs.get(pid)
+            if p is not None and pid != self.scope.pid:
+                key = (pid, p.start)
+                self.kept[key] = old.get(key)
+
+    def read_awake(self, now: float) -> float:
+        """Reads the members of the awake lineages and the main tree's few processes;
+        the CPU seconds of those also read at the last sample (the cgroup's CPU they
+        explain: pulse.Pulse.account)."""
+        explained = 0
+        for key, ticks in list(self.kept.items()):
+            c = read_counters(*key)
+            if c is None:
+                del self.kept[key]
+                continue
+            if ticks is not None:
+                explained += c.cpu - ticks
+            self.kept[key] = c.cpu
+        explained /= CLK_TCK
+        tracked = self.book.tracked
+        for a in list(self.schedule.awake.values()):
+            for key, t in list(a.members.items()):
+                if tracked.get(key) is t:
+                    explained += self.read(key, t, now)
+        return explained
+
+    def measure(self, now: float, rescanned: bool) -> None:
+        """The strays not read yet this sample that must be: every one at a sweep, else
+        the new ones and the sleeping ones due. Then each lineage read: its CPU."""
+        book, schedule = self.book, self.schedule
+        swept, seq = schedule.swept, schedule.seq
+        if swept or now - self.dormant_read >= pulse.QUIET_MAX:
+            self.read_dormant(now)
+        tracked = book.tracked
+        if swept:
+            for key, t in list(tracked.items()):
+                if t.read_seq != seq:
+                    self.read(key, t, now)
+            schedule.clear_resting()
+        else:
+            for t in schedule.take_fresh():
+                if t.read_seq == 0 and tracked.get(t.key) is t:
+                    self.read(t.key, t, now)           # new since the last sample
+            awake = schedule.awake
+            for key in schedule.due(now):
+                t = tracked.get(key)
+                if t is not None and t.read_seq != seq and id(t.acct) not in awake:
+                    self.read(key, t, now)
+        schedule.take_fresh()
+        self.count_reaped(rescanned)
+        book.regrouped()
+        schedule.wake_aged(now)
+        cfg = self.cfg
+        for a in list(schedule.awake.values()):
+            if not a.members:
+                continue
+            stopped = a.duty.stopped(now) if a.duty is not None else 0.0
+            a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
+
+    def read(self, key, t, now: float) -> float:
+        """One read of a stray (its stat; statm only when its RSS moved): its CPU and
+        private memory; its lineage is awake if its CPU moved. The CPU seconds it used
+        since the last sample if it was read then, else 0."""
+        if t.refused is not None and t.refused.what == "read":
+            return 0.0
+        seq = self.schedule.seq
+        last, t.read_seq = t.read_seq, seq
+        try:
+            c = t.handle.read()
+        except Gone:
+            self.book.lose(key, t, now)
+            return 0.0
+        except NotPermitted as e:
+            self.act.refuse(t, e)
+            return 0.0
+        except OSError as e:
+            self.act.once("fail-read", f"cannot read the CPU time of stray {key[0]} ({t.comm}): "
+                                       f"{e.strerror}; it is skipped while this lasts", "warn")
+            return 0.0
+        if c.comm != t.comm and not self.book.judge_exec(key, t, c.comm, now):
+            return 0.0
+        if c.rss != t.rss:
+            t.rss = c.rss
+            try:
+                t.use.mem = t.handle.private_memory(exact_above=self.exact_above)
+            except (Gone, OSError):
+                t.use.mem = None                # gone: dropped at the next sample
+            self.book.changed()
+        cpu = c.cpu / CLK_TCK
+        if t.last_cpu is None:
+            # A stray born since the last sample has used nothing but as one (0 at its fork).
+            t.base = t.last_cpu = 0.0 if t.newborn else cpu
+        elif t.read_at is not None:
+            t.prev = (t.read_at, t.last_cpu)
+        used = max(0.0, cpu - t.last_cpu)
+        self.stats.stray_cpu_seconds += used
+        moved = cpu != t.last_cpu or c.state == "R"
+        t.last_cpu, t.read_at, t.read_boot = cpu, now, self.book.boot
+        if t.pred is not None:
+            hops.count_unseen(self.stats, t, self.reaped is None)
+        p = self.book.table.procs.get(key[0])
+        if p is not None:
+            t.ppid = p.ppid                     # who reaps it: reaped.ReapedCPU.gone
+        if moved or last == 0:
+            self.schedule.wake(t.acct)
+        return used if last == seq - 1 else 0.0
+
+    def read_dormant(self, now: float) -> None:
+        """One read of every dormant stray: one whose CPU moved (or that runs) is tracked
+        again and read as such (it wakes); one gone is dropped as a tracked one would be;
+        one whose RSS alone moved has its private memory read again."""
+        self.dormant_read = now
+        book = self.book
+        for d in book.dormant.values():
+            key = d.key
+            c = read_counters(*key)
+            if c is not None and c.state not in ("Z", "X") and c.cpu / CLK_TCK == d.last_cpu and c.state != "R" \
+                    and c.comm == d.comm:
+                if c.rss != d.rss:
+                    self._remeasure(d, c.rss)
+                continue
+            t = book.thaw(key, "" if c is None or c.state in ("Z", "X") else "its CPU moved, or it runs")
+            if book.tracked.get(key) is t:
+                self.read(key, t, now)
+
+    def _remeasure(self, d, rss: int) -> None:
+        """A dormant stray's private memory, read again because its RSS moved; one now
+        over its memory budget is tracked again, to be judged."""
+        try:
+            mem = Handle.unchecked(*d.key).private_memory(exact_above=self.exact_above)
+        except (Gone, OSError):
+            mem = None
+        self.book.remeasured(d.key, rss, mem)
+        if mem is not None and self.cfg.memory_budget is not None and mem > self.cfg.memory_budget:
+            self.schedule.wake(self.book.thaw(d.key, "over its memory budget").acct)
+
+    def count_reaped(self, rescan: bool) -> None:
+        """What reaper reaped of strays that no sample read (reaped.py)."""
+        r = self.reaped
+        if r is None:
+            return
+        scope = self.scope
+        kept = {scope.main_pid, *scope.supervised}
+        r.read_others(self.book.table, scope.pid, self.book.known, kept, rescan)
+        self.stats.stray_cpu_seconds += r.count()
