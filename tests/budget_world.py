@@ -223,7 +223,8 @@ class World:
                         found.append((mod, attr, fake))
         return found
 
-    def run(self, monkeypatch) -> list:
+    def run(self, monkeypatch, each=None) -> list:
+        """The trace; each(enforcer), if given, after every tick."""
         from reaper.budgets import enforcer
         from reaper.budgets.throttle import CgroupThrottle, Unavailable
         from reaper.budgets.memory_cgroup import MemoryCgroup
@@ -260,6 +261,8 @@ class World:
             self.advance(max(due, self.now))
             samples = stats.samples
             enf.tick(mono())
+            if each is not None:
+                each(enf)
             entry: dict = {"t": round(self.now, 6)}
             if stats.samples != samples:
                 entry["seq"] = stats.samples

@@ -74,3 +74,34 @@ def test_unknown_memory_stays_unknown():
     records.put(tracked(41, 1000))
     records.set_memory((41, 1000), 8 << 20, 3 << 20)
     assert (records.get((41, 1000)).rss, records.get((41, 1000)).mem) == (8 << 20, 3 << 20)
+
+
+def test_strays_that_nap_keep_one_age_entry_each(monkeypatch):
+    """Issue 33.7: with --stray-max-age, a lineage that falls asleep again and again (here
+    10 strays working 1 s in every 12, for 10 fake minutes: ~50 naps each) keeps one entry
+    in the age heap, not one per nap; and one that exits has its entry let go in time."""
+    from budget_world import World
+
+    w = World(["--stray-max-age", "86400", "--budget-action", "observe", "--budget-interval", "1"], 600)
+    nappers = [w.add(comm="napper", cmdline=f"napper {i}") for i in range(10)]
+    short = [w.add(comm="short", cmdline=f"short {i}") for i in range(100)]
+
+    def work(p, on):
+        p.rate = 0.5 if on else 0.0
+    for k in range(48):
+        for i, p in enumerate(nappers):
+            at = 5 + 12 * k + i * 0.3
+            w.at(at, lambda p=p: work(p, True))
+            w.at(at + 1, lambda p=p: work(p, False))
+    w.at(30, lambda: [w.exit(p.pid) for p in short])
+    sizes, woken = [], []
+
+    def each(enf):
+        sizes.append(len(enf.schedule.age_due))
+        woken.append(enf.stats.samples)
+    w.run(monkeypatch, each)
+    assert woken[-1] > 500
+    # 110 lineages once (the 100 short ones' entries let go once they are gone), the
+    # nappers' 10 whatever their naps.
+    assert max(sizes) <= 110 + 10 + 64, max(sizes)
+    assert sizes[-1] <= 10 + 64, sizes[-1]

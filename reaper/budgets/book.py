@@ -296,7 +296,7 @@ class Book:
         a.members.clear()
         t.handle.close()
         self.regroup = True
-        self.schedule.due_age(a.since, t.key)
+        self.schedule.due_age(a.since, t.key, a)
 
     def remeasured(self, key, rss: int, mem: int | None) -> None:
         """A dormant stray's memory read again."""

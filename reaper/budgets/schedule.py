@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 
 # _heapq: heapq's C functions without heapq.py (its pure-Python fallbacks cost PID 1 memory).
-from _heapq import heappop, heappush
+from _heapq import heapify, heappop, heappush
 
 from reaper.budgets import dormant, pulse
 
@@ -36,7 +36,8 @@ class Schedule:
         self.swept = True                        # this sample reads every stray
         self.awake: dict = {}                    # id(account) -> account: its members read every sample
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
-        self.age_due: list = []                  # heap (since + max age, n, account or dormant key)
+        self.age_due: list = []                  # heap of [since + max age, n, account or dormant key]
+        self.aging: dict = {}                    # lineage (its root, or dormant key) -> its one entry
         self.age_n = 0                           # tie-breaker of age_due's entries
         self.fresh: list = []                    # strays tracked since the last sample: read at once
         self.judge_all = any(kind.judges_all() for kind in kinds)   # a budget of all strays together
@@ -121,21 +122,56 @@ class Schedule:
                               f"({self.pulse.file or 'not readable: at every sample'}), "
                               f"or every {pulse.QUIET_MAX:g}s", "debug")
 
-    def due_age(self, since: float, what) -> None:
-        """what (an account, or a dormant stray's key) is judged when past --stray-max-age."""
+    def due_age(self, since: float, what, was=None) -> None:
+        """what (an account, or a dormant stray's key) is judged when past --stray-max-age.
+        One entry per lineage however often it falls asleep (a lineage that naps every
+        few seconds for a week must not push one each time): a lineage queued already
+        has its entry point at what it is now; was: the account a dormant stray slept
+        from (its entry is the stray's now)."""
         limit = self.cfg.stray_max_age
-        if limit is not None:
-            self.age_n += 1
-            heappush(self.age_due, (since + limit, self.age_n, what))
+        if limit is None:
+            return
+        ident = _lineage(what)
+        e = self.aging.get(ident)
+        if e is None and was is not None and was is not what:
+            e = self.aging.get(_lineage(was))
+            if e is not None and e[2] is was:
+                del self.aging[_lineage(was)]
+            else:
+                e = None
+        if e is not None:
+            e[2] = what
+            self.aging[ident] = e
+            return
+        self.age_n += 1
+        e = [since + limit, self.age_n, what]
+        heappush(self.age_due, e)
+        self.aging[ident] = e
+
+    def _prune_aged(self) -> None:
+        """The entries of lineages gone before their age came are let go, once they are
+        most of the heap (wake_aged): it stays within twice the strays known."""
+        dormant_ = self.book.dormant
+        keep = [e for e in self.age_due if self.aging.get(_lineage(e[2])) is e
+                and (e[2] in dormant_ if isinstance(e[2], tuple) else bool(e[2].members))]
+        self.aging = {_lineage(e[2]): e for e in keep}
+        heapify(keep)
+        self.age_due = keep
 
     def wake_aged(self, now: float) -> None:
         """The sleeping lineages past --stray-max-age (or about to be): judged now."""
         limit = self.cfg.stray_max_age
         if limit is None:
             return
+        book = self.book
+        if len(self.age_due) > 2 * (len(book.tracked) + len(book.dormant)) + AGE_SLACK:
+            self._prune_aged()
         h = self.age_due
         while h and h[0][0] <= now + self.cfg.budget_interval:
-            a = heappop(h)[2]
+            e = heappop(h)
+            a = e[2]
+            if self.aging.get(_lineage(a)) is e:
+                del self.aging[_lineage(a)]
             if isinstance(a, tuple):
                 if a not in self.book.dormant:
                     continue
@@ -181,3 +217,12 @@ class Schedule:
             if t.term_at is not None or t.cycled or t.read_at != now or (self.cpus is not None and not t.pinned):
                 return False
         return True
+
+
+AGE_SLACK = 64           # entries of gone lineages tolerated in the age heap before it is pruned
+
+
+def _lineage(what) -> tuple:
+    """What names a lineage in the age heap: a dormant stray's key, else its account's
+    root (a dormant stray thawed is alone in a lineage whose root is its key)."""
+    return what if isinstance(what, tuple) else what.root
