@@ -391,6 +391,9 @@ def _handle_class(world):
         def private_memory(self, exact_above=None) -> int:
             return self._p("read").mem
 
+        def memory(self, exact_above=None) -> tuple:
+            return self.private_memory(exact_above), self._p("read").mem
+
         def signal(self, signo: int) -> bool:
             name = SIGNAMES.get(signo, str(signo))
             p = self._p(name)

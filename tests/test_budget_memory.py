@@ -705,3 +705,62 @@ def test_a_capped_stray_that_frees_what_it_held_is_never_killed_below_its_budget
     r.send(signal.SIGTERM)
     r.wait()
     assert "OOM killer" not in r.stderr, r.stderr
+
+
+# The main child holds 200 MiB and forks a helper that leaves its parent at once (an
+# orphan sharing those pages copy-on-write, the tag last in its argv); once FREE exists
+# the main child frees its copy: the 200 MiB are the helper's alone, its RSS unmoved.
+COW_LEFT = ("import os, sys, time\n"
+            "free = sys.argv[1]\n"
+            "held = bytearray(200 << 20)\n"
+            "for i in range(0, len(held), 4096): held[i] = 1\n"
+            "if os.fork() == 0:\n"
+            "    if os.fork() == 0:\n"
+            "        time.sleep(600)\n"
+            "    os._exit(0)\n"
+            "os.wait()\n"
+            "while not os.path.exists(free): time.sleep(0.02)\n"
+            "del held\n"
+            "time.sleep(600)\n")
+
+
+@heavy
+@pytest.mark.parametrize("action", ["terminate", "throttle"])
+def test_pages_left_to_a_stray_by_copy_on_write_count_once_the_sharer_frees_them(reaper, tmp_path, action):
+    """Issue 33.3: a stray forked from a job holding 200 MiB holds about nothing of its
+    own at first; once the job frees its copy all 200 MiB are the stray's alone, its RSS
+    unmoved: it is judged over --memory-budget 100M within a sample or two."""
+    from conftest import proc_stat
+    from metrics_helpers import start_with_metrics
+
+    if action == "throttle" and bh.own_memory_dir() is None:
+        pytest.skip("needs root and a writable cgroup v1 memory hierarchy")
+    tag, free = bh.marker(), tmp_path / "free"
+    r, port = start_with_metrics(reaper, [PYTHON, "-c", COW_LEFT, str(free), tag],
+                                 ["--memory-budget", "100M", "--budget-action", action, "--grace", "2", *FAST])
+    main = r.main_child()
+
+    def orphaned_helper():
+        for p in bh.pids_tagged(tag):
+            try:
+                if p != main and ns_pid(p) != p and proc_stat(p)["ppid"] != main and _resident(p) > 190 * MB:
+                    return p
+            except OSError:
+                pass
+        return None
+    stray = wait_for(orphaned_helper, 20, what="the forked helper orphaned, 200 MiB resident")
+    s = samples_go_on(port)
+    assert alive(stray), "a stray that allocated nothing was terminated for pages it shares"
+    held = [x.value for x in s.samples("reaper_stray_memory_bytes")]
+    assert len(held) == 1 and held[0] < 16 * MB, f"its memory is reported as {held}"
+    rss = _resident(stray)
+    free.touch()
+    t0 = time.monotonic()
+    wait_for(lambda: not alive(stray), 20, what="the stray, left 200 MiB of its own, to be terminated")
+    took = time.monotonic() - t0
+    assert abs(rss - _resident(main)) > 150 * MB          # the job did free its copy
+    assert took < 5 * SLOW, f"judged {took:.1f}s after the pages became its own"
+    assert alive(main)
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert re.search(r"holds (19\d|20\d) MiB, over --memory-budget 100 MiB: terminate", r.stderr), r.stderr

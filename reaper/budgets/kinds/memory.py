@@ -80,11 +80,22 @@ class Kind(_Kind):
 
     def busy(self, acct: Any) -> bool:
         s = acct.kinds.get("memory")
-        return s is not None and bool(s.over or s.leaf)
+        return s is not None and bool(s.over or s.leaf or self._sharing(acct))
 
     def exact_above(self) -> "int | None":
         budget: int | None = self.cfg.memory_budget
         return budget
+
+    def cow_above(self) -> "int | None":
+        """A quarter of the smallest memory budget (as pulse.py's memory trigger): a stray
+        sharing that much copy-on-write is read every sample (issue 33.3)."""
+        budgets = [b for b in (self.cfg.memory_budget, self.cfg.memory_budget_total) if b is not None]
+        return min(budgets) // 4 if budgets else None
+
+    def _sharing(self, a: Any) -> bool:
+        """A member shares enough copy-on-write to go over without its RSS moving."""
+        floor = self.cow_above()
+        return floor is not None and any(t.use.cow > floor for t in a.members.values())
 
     def judge(self, now: float) -> None:
         """Judges what each lineage holds in all (its members' private memory), inside its
@@ -145,9 +156,11 @@ class Kind(_Kind):
         for t in a.members.values():
             if t.use.mem is not None and t.refused is None:
                 try:
-                    t.use.mem = t.handle.private_memory(exact_above=0)
+                    mem = t.handle.private_memory(exact_above=0)
                 except (Gone, OSError):
-                    pass
+                    continue
+                t.use.cow = max(0, t.use.cow + t.use.mem - mem)   # what it shares is what it may come to hold
+                t.use.mem = mem
         return self._held(a)
 
     # --- the cap (throttle) ------------------------------------------------------------
@@ -271,11 +284,14 @@ class Kind(_Kind):
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
     def done_with(self, a: Any) -> bool:
-        """A member over its budget is judged once its grace ends; throttle moves every
-        lineage into a memory cgroup when first judged (_confine)."""
+        """A member over its budget is judged once its grace ends; one sharing much
+        copy-on-write is read every sample; throttle moves every lineage into a memory
+        cgroup when first judged (_confine)."""
         budget = self.cfg.memory_budget
         if budget is not None and any((t.use.mem or 0) > budget for t in a.members.values()):
             return False
+        if self._sharing(a):
+            return False                 # read every sample while it shares that much (busy)
         return self.act.level != self.act.THROTTLE or a.kinds["memory"].tried
 
     def judges_all(self) -> bool:
