@@ -764,3 +764,106 @@ def test_pages_left_to_a_stray_by_copy_on_write_count_once_the_sharer_frees_them
     r.send(signal.SIGTERM)
     r.wait()
     assert re.search(r"holds (19\d|20\d) MiB, over --memory-budget 100 MiB: terminate", r.stderr), r.stderr
+
+
+# The main child makes one orphan `sleep` (reaper's memory cgroup for strays is made for
+# it), then, once GO exists, a child of its own starts N `sleep` and exits, so that all N
+# become orphans at once; then, for LIFE seconds, orphans that exit at once, each
+# timed from its parent's end to its reaping (gone from /proc); then it kills the N and
+# writes {"probes", "max_wait"} to OUT once they are gone.
+BURST = ("import json, os, signal, sys, time\n"
+         "go, out, n, life = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])\n"
+         "def orphans(n):\n"
+         "    r, w = os.pipe()\n"
+         "    a = os.fork()\n"
+         "    if a == 0:\n"
+         "        kids = []\n"
+         "        for _ in range(n):\n"
+         "            k = os.fork()\n"
+         "            if k == 0: os.execv('/bin/sleep', ['sleep', '600'])\n"
+         "            kids.append(k)\n"
+         "        os.write(w, ' '.join(map(str, kids)).encode())\n"
+         "        os._exit(0)\n"
+         "    os.close(w)\n"
+         "    data = b''\n"
+         "    while True:\n"
+         "        chunk = os.read(r, 65536)\n"
+         "        if not chunk: break\n"
+         "        data += chunk\n"
+         "    os.close(r)\n"
+         "    os.waitpid(a, 0)\n"
+         "    return [int(x) for x in data.split()]\n"
+         "first = orphans(1)\n"
+         "while not os.path.exists(go): time.sleep(0.02)\n"
+         "burst = first + orphans(n)\n"
+         "end = time.monotonic() + life\n"
+         "waits = []\n"
+         "while time.monotonic() < end:\n"
+         "    r, w = os.pipe()\n"
+         "    a = os.fork()\n"
+         "    if a == 0:\n"
+         "        b = os.fork()\n"
+         "        if b == 0: os._exit(0)\n"
+         "        os.write(w, str(b).encode())\n"
+         "        os._exit(0)\n"
+         "    os.close(w)\n"
+         "    b = int(os.read(r, 32))\n"
+         "    os.close(r)\n"
+         "    os.waitpid(a, 0)\n"
+         "    t0 = time.monotonic()\n"
+         "    while os.path.exists(f'/proc/{b}'): time.sleep(0.001)\n"
+         "    waits.append(time.monotonic() - t0)\n"
+         "    time.sleep(0.01)\n"
+         "for b in burst: os.kill(b, signal.SIGKILL)\n"
+         "while any(os.path.exists(f'/proc/{b}') for b in burst): time.sleep(0.05)\n"
+         "open(out + '.part', 'w').write(json.dumps({'probes': len(waits), 'max_wait': max(waits)}))\n"
+         "os.rename(out + '.part', out)\n"
+         "time.sleep(600)\n")
+
+
+def _leaves(base: str) -> list:
+    """The leaf numbers (m<n>) below a memory cgroup base of reaper's."""
+    try:
+        return [int(e[1:]) for e in os.listdir(base) if e[:1] == "m" and e[1:].isdigit()]
+    except OSError:
+        return []
+
+
+@heavy
+@needs_v1_memory
+def test_a_burst_of_strays_makes_a_bounded_number_of_memory_cgroups_each_sample(reaper, tmp_path):
+    """Issue 33.12: under throttle with a memory budget, 1,000 short-lived orphans at once
+    make at most MAKE_EACH memory cgroups a sample (two samples may fall in one interval
+    on a loaded machine), an orphan exiting meanwhile is reaped promptly, and once the
+    strays are gone their empty cgroups are removed within a few seconds (FREE_MAX kept)."""
+    from conftest import held_cgroups
+    from reaper.budgets import memory_cgroup
+
+    FREE_MAX, MAKE_EACH = memory_cgroup.FREE_MAX, getattr(memory_cgroup, "MAKE_EACH", 32)
+
+    interval = 0.5
+    go, out = tmp_path / "go", tmp_path / "out"
+    r = reaper(["-v", "--memory-budget", "64M", "--budget-action", "throttle", "--budget-grace", "0",
+                "--budget-interval", str(interval), "--", PYTHON, "-c", BURST, str(go), str(out), "1000", "3"])
+    r.wait_ready()
+    base = wait_for(lambda: next(iter(held_cgroups(r.proc.pid)), None), 30,
+                    what="reaper's memory cgroup for strays, made for the first orphan")
+    seen = [(time.monotonic(), max(_leaves(base), default=0))]     # (monotonic, leaves made so far)
+    go.touch()
+    deadline = time.monotonic() + 120 * SLOW
+    while not out.exists():
+        assert time.monotonic() < deadline, "the burst did not end"
+        made = _leaves(base)
+        seen.append((time.monotonic(), max(made, default=0)))
+        time.sleep(0.005)
+    result = __import__("json").loads(out.read_text())
+    most = max(m2 - m1 for i, (t1, m1) in enumerate(seen) for t2, m2 in seen[i:] if t2 - t1 <= interval)
+    assert seen[-1][1] > MAKE_EACH, f"only {seen[-1][1]} memory cgroups made: no burst to bound"
+    assert most <= 2 * MAKE_EACH, f"{most} memory cgroups made within {interval}s (one or two samples)"
+    # reaped between samples: no sample holds the loop for long (old: a second and more)
+    assert result["probes"] > 10 and result["max_wait"] < 0.5 * SLOW, result
+    wait_for(lambda: len(_leaves(base)) <= FREE_MAX, 5 * SLOW,
+             what=f"the empty memory cgroups removed (left: {len(_leaves(base))})")
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert not os.path.exists(base)

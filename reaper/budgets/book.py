@@ -76,6 +76,8 @@ class Book:
         """Lists /proc: the strays found, those gone, the new ones tracked and linked."""
         self.table.refresh(now, self.finder.reapers())
         found = self.finder.find(self.table, self.known)
+        if self.finder.behind:
+            self.schedule.rescan_soon()      # a burst: the rest of its new strays at the next sample
 
         gone, self.late_gone = self.late_gone, []
         for key in self.dormant:

@@ -27,6 +27,10 @@ from reaper.procfs.processes import Proc, ProcTable, read_cmdline, read_comm, re
 RAY_IDLE = "ray::IDLE"
 KNOWN = None             # find(): a stray the enforcer keeps, its verdict unchanged
 REJUDGE_EVERY = 300.0    # seconds: a stray's command line is read again at least this often
+# New processes judged per find at most (each reads /proc and may ask ray.py: about 0.2 ms,
+# more on a loaded node): a burst of thousands is taken over a few samples, the loop
+# free to reap between them (issue 33.12). The rest are judged at the next scans (behind).
+JUDGE_EACH = 128
 
 
 class Stray(namedtuple("Stray", "pid start ppid comm cmdline reason")):
@@ -48,6 +52,7 @@ class Finder:
         self.forgotten: set = set()      # keys seen to exec since the last scan: judged afresh
         self.full_at = float("-inf")     # the table's full read these verdicts date from
         self.kept = None                 # the processes of the trees reaper keeps, at the last find
+        self.behind = False              # the last find left new processes to judge (JUDGE_EACH)
 
     @property
     def watch(self) -> bool:
@@ -113,6 +118,7 @@ class Finder:
         judged, self.judged = self.judged, {}
         forgotten, self.forgotten = self.forgotten, set()
         rejudge = table.last_full - self.full_at >= REJUDGE_EVERY
+        fresh, self.behind = 0, False    # new processes judged by this find (JUDGE_EACH)
         if rejudge:
             # Every verdict afresh now and then: an exec that keeps the name (exec -a, the
             # same program) or a new argv is seen within REJUDGE_EVERY.
@@ -127,6 +133,11 @@ class Finder:
                 continue
             seen = None if key in forgotten else judged.get(key)
             if seen is None or seen[0] != p.comm:
+                if known is None or key not in known:
+                    if fresh >= JUDGE_EACH:
+                        self.behind = True       # new: judged at a later scan
+                        continue
+                    fresh += 1
                 seen = self._judge(pid, p)
             self.judged[key] = seen
             if seen[1] is not None:

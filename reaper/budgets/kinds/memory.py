@@ -7,8 +7,9 @@ what its members hold together. A lineage past its --budget-grace is over
 --memory-budget-total together are over it, the biggest lineages first until the rest
 fit (biggest_first).
 
-The response: observe and nice as for CPU; throttle moves a stray, when first seen,
-into a memory cgroup of reaper's own (memory_cgroup.py) whose limit is its budget: the
+The response: observe and nice as for CPU; throttle moves a stray, when first seen
+(a burst: memory_cgroup.MAKE_EACH new cgroups a sample, the biggest strays first, the
+others awake until their turn), into a memory cgroup of reaper's own (memory_cgroup.py) whose limit is its budget: the
 kernel caps what it allocates from then on, and a stray whose private memory is over
 its budget in all (what it held before the move included) is terminated, as is one no
 cgroup holds (found over it, no memory cgroup, reaper watch); terminate sends SIGTERM
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
-from reaper.budgets.memory_cgroup import MemoryCgroup
+from reaper.budgets.memory_cgroup import MAKE_EACH, MemoryCgroup
 from reaper.procctl import Gone
 from reaper.budgets.throttle import Unavailable
 
@@ -80,6 +81,8 @@ class Kind(_Kind):
 
     def busy(self, acct: Any) -> bool:
         s = acct.kinds.get("memory")
+        if s is not None and not s.tried and self.act.level == self.act.THROTTLE:
+            return True                  # awake until its turn for a memory cgroup (a burst: _confine)
         return s is not None and bool(s.over or s.leaf or self._sharing(acct))
 
     def exact_above(self) -> "int | None":
@@ -105,10 +108,12 @@ class Kind(_Kind):
         live = [a for a in self.sample.lineages()
                 if any(t.use.mem is not None and t.refused is None for t in a.members.values())]
         held = {id(a): self._held(a) for a in live}
+        if self.cgroup is not None:
+            self.cgroup.new_sample()
         if act.level == act.THROTTLE:
-            for a in live:
-                if not a.kinds["memory"].tried:
-                    self._confine(a, held[id(a)])
+            # The biggest first: a burst of new strays is moved MAKE_EACH new leaves a sample.
+            for a in sorted((a for a in live if not a.kinds["memory"].tried), key=lambda a: -held[id(a)]):
+                self._confine(a, held[id(a)])
         past = [a for a in live if now - a.since >= cfg.budget_grace]
         over_one, over_all = set(), set()
         if cfg.memory_budget is not None:
@@ -206,6 +211,11 @@ class Kind(_Kind):
             return
         mc = self._memory_cgroup()
         if mc is None:
+            return
+        if not mc.may_take():
+            s.tried = False              # its turn at a later sample: a burst makes MAKE_EACH leaves a sample
+            act.once("memory-burst", f"many new strays at once: moved into memory cgroups {MAKE_EACH} new "
+                                     "ones a sample at most, the biggest first", "debug")
             return
         leaf = None
         try:
