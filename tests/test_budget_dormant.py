@@ -25,7 +25,9 @@ def tracked(pid: int, start: int, cmdline: str = "sleep 600", mem: int = 5 << 20
     return t
 
 
-def test_a_stray_kept_as_a_record_comes_back_as_it_was():
+def test_a_stray_kept_as_a_record_comes_back_as_it_was(monkeypatch):
+    # Its command line is read again when it comes back (a record keeps its digest only).
+    monkeypatch.setattr(dormant, "read_cmdline", lambda pid: "sleep 600" if pid == 40 else "")
     records = dormant.Records()
     records.put(tracked(40, 1000))
     assert (40, 1000) in records and len(records) == 1 and records.comm((40, 1000)) == "sleep"
@@ -45,7 +47,8 @@ def test_a_reused_pid_is_another_process():
     records.put(tracked(40, 1000))
     assert (40, 2000) not in records and records.get((40, 2000)) is None and records.comm((40, 2000)) is None
     records.put(tracked(40, 2000, cmdline="other"))       # the pid's last holder is gone
-    assert list(records) == [(40, 2000)] and records.get((40, 2000)).cmdline == "other"
+    assert list(records) == [(40, 2000)] and records.get((40, 2000)).same_cmdline("other")
+    assert not records.get((40, 2000)).same_cmdline("sleep 600")
     assert [v for v in records.verdicts if v is not None] == [records.get((40, 2000)).verdict]
 
 
@@ -54,12 +57,31 @@ def test_copies_of_one_program_share_one_verdict_and_a_small_record():
     for pid in range(100, 1100):
         records.put(tracked(pid, 1000 + pid, cmdline="helper --serve"))
     assert len(records) == 1000 and len([v for v in records.verdicts if v is not None]) == 1
-    assert max(sys.getsizeof(b) for b in records.by_pid.values()) <= 112
+    assert max(sys.getsizeof(b) for b in records.by_pid.values()) <= 120
     for pid in range(100, 1100):
         records.pop((pid, 1000 + pid))
     assert records.numbers == {} and records.verdicts == [None]
     records.put(tracked(5, 6, cmdline="another"))
     assert records.verdicts == [records.get((5, 6)).verdict]    # its number used again
+
+
+def test_what_a_stray_costs_does_not_depend_on_its_command_line():
+    """Issue 33.6: strays with distinct command lines of 8 KB (as much as reaper reads)
+    share one verdict when asleep (their records keep a digest, not the text), and what
+    the finder keeps of one is bounded (strays.kept_cmdline)."""
+    from reaper.budgets.strays import CMDLINE_KEPT, kept_cmdline
+
+    long = ["sleep 3600 0." + "0" * 8150 + str(i) for i in range(1000)]
+    kept = [kept_cmdline(c) for c in long]
+    assert max(len(k) for k in kept) <= CMDLINE_KEPT and len(set(kept)) == 1000   # still told apart
+    assert kept_cmdline("sleep 600") == "sleep 600"
+    records = dormant.Records()
+    for i, k in enumerate(kept):
+        records.put(tracked(100 + i, 1000 + i, cmdline=k))
+    assert len([v for v in records.verdicts if v is not None]) == 1
+    assert max(sys.getsizeof(b) for b in records.by_pid.values()) <= 120
+    assert all(records.get((100 + i, 1000 + i)).same_cmdline(k) for i, k in enumerate(kept))
+    assert not records.get((100, 1000)).same_cmdline(kept[1])
 
 
 def test_unknown_memory_stays_unknown():

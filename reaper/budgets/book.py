@@ -86,7 +86,8 @@ class Book:
                 self._drop_gone(self.thaw(key), now, gone)
             elif why is not KNOWN:
                 d = self.dormant.get(key)
-                if self.finder.verdict(key) != (d.comm, d.cmdline):
+                comm, cmdline = self.finder.verdict(key)
+                if comm != d.comm or not d.same_cmdline(cmdline):
                     self.thaw(key, "it exec'd")  # judged as a tracked one
         self.scan_boots = (self.scan_boots[1], boot)     # the dormant strays left were seen now
         for key in [k for k in self.tracked if k not in found]:
