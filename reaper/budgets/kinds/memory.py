@@ -9,12 +9,13 @@ fit (biggest_first).
 
 The response: observe and nice as for CPU; throttle moves a stray, when first seen
 (a burst: memory_cgroup.MAKE_EACH new cgroups a sample, the biggest strays first, the
-others awake until their turn), into a memory cgroup of reaper's own (memory_cgroup.py) whose limit is its budget: the
-kernel caps what it allocates from then on, and a stray whose private memory is over
-its budget in all (what it held before the move included) is terminated, as is one no
-cgroup holds (found over it, no memory cgroup, reaper watch); terminate sends SIGTERM
-at the first sample past the grace that sees it over. A stray the kernel's OOM killer
-ends inside its cgroup is said and counted (oom_kill).
+others awake until their turn), into a memory cgroup of reaper's own
+(memory_cgroup.py) whose limit is its budget: the kernel caps what it allocates from
+then on, and a stray whose private memory is over its budget in all (what it held
+before the move included) is terminated, as is one no cgroup holds (found over it, no
+memory cgroup, reaper watch); terminate sends SIGTERM at the first sample past the
+grace that sees it over. A stray the kernel's OOM killer ends inside its cgroup is
+said and counted (oom_kill).
 """
 from __future__ import annotations
 
