@@ -134,10 +134,12 @@ class Reader:
             return 0.0
         if c.comm != t.comm and not self.book.judge_exec(key, t, c.comm, now):
             return 0.0
-        if c.rss != t.rss or self.cow_due(t):
+        cow = c.rss == t.rss and self.cow_due(t)
+        if c.rss != t.rss or cow:
             mem = t.use.mem
             try:
-                t.use.mem, unshared = t.handle.memory(exact_above=self.exact_above)
+                # A sharer's exact figure at once (its statm counts what it shares).
+                t.use.mem, unshared = t.handle.memory(exact_above=0 if cow else self.exact_above)
                 t.use.cow = unshared - t.use.mem
             except (Gone, OSError):
                 t.use.mem, t.use.cow = None, 0  # gone: dropped at the next sample
