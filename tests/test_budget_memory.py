@@ -630,33 +630,40 @@ def _resident(pid: int) -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _shared_helper(tag: str, main: int, resident: int, port: int) -> tuple:
+    """(pid, scrape): the main child's forked helper (tagged too: the same argv) once it is
+    an orphan inside the namespace, more than resident bytes resident (shared with the
+    main child), and still alive a few samples later, reported as holding little."""
+    from conftest import proc_stat
+
+    def orphaned_helper():
+        for p in bh.pids_tagged(tag):
+            try:
+                if p != main and ns_pid(p) != p and proc_stat(p)["ppid"] != main and _resident(p) > resident:
+                    return p
+            except OSError:
+                pass
+        return None
+    stray = wait_for(orphaned_helper, 20, what=f"the forked helper orphaned, over {resident // MB} MiB resident")
+    s = samples_go_on(port)
+    assert alive(stray), "a stray that allocated nothing was terminated for pages it shares"
+    held = [x.value for x in s.samples("reaper_stray_memory_bytes")]
+    assert len(held) == 1 and held[0] < 16 * MB, f"its memory is reported as {held}: shared pages counted"
+    return stray, s
+
+
 @heavy
 def test_a_stray_is_judged_by_what_it_alone_holds_not_by_pages_it_shares(reaper, tmp_path):
     """A stray forked from a job holding 120 MiB shows about 128 MiB resident while it has
     allocated nothing: under --memory-budget 64M it is left alone, and its memory is
     reported as its own, small; once it allocates 80 MiB of its own it is terminated."""
-    from conftest import proc_stat
     from metrics_helpers import start_with_metrics, wait_scrape
 
     tag, grow = bh.marker(), tmp_path / "grow"
     r, port = start_with_metrics(reaper, [PYTHON, "-c", FORKED, str(grow), tag],
                                  ["--memory-budget", "64M", "--budget-action", "terminate", "--grace", "2", *FAST])
     main = r.main_child()
-
-    def orphaned_helper():
-        # Tagged too (the same argv), inside the namespace, and no longer the main child's.
-        for p in bh.pids_tagged(tag):
-            try:
-                if p != main and ns_pid(p) != p and proc_stat(p)["ppid"] != main and _resident(p) > 100 * MB:
-                    return p
-            except OSError:
-                pass
-        return None
-    stray = wait_for(orphaned_helper, 20, what="the forked helper orphaned, 120 MiB resident")
-    s = samples_go_on(port)
-    assert alive(stray), "a stray that allocated nothing was terminated for pages it shares"
-    held = [x.value for x in s.samples("reaper_stray_memory_bytes")]
-    assert len(held) == 1 and held[0] < 16 * MB, f"its memory is reported as {held}: shared pages counted"
+    stray, s = _shared_helper(tag, main, 100 * MB, port)
     assert s.value("reaper_strays_over_budget", reason="memory") == 0
     assert s.value("reaper_budget_violations_total", action="terminate", reason="memory") is None
     grow.touch()
@@ -730,7 +737,6 @@ def test_pages_left_to_a_stray_by_copy_on_write_count_once_the_sharer_frees_them
     """Issue 33.3: a stray forked from a job holding 200 MiB holds about nothing of its
     own at first; once the job frees its copy all 200 MiB are the stray's alone, its RSS
     unmoved: it is judged over --memory-budget 100M within a sample or two."""
-    from conftest import proc_stat
     from metrics_helpers import start_with_metrics
 
     if action == "throttle" and bh.own_memory_dir() is None:
@@ -739,20 +745,7 @@ def test_pages_left_to_a_stray_by_copy_on_write_count_once_the_sharer_frees_them
     r, port = start_with_metrics(reaper, [PYTHON, "-c", COW_LEFT, str(free), tag],
                                  ["--memory-budget", "100M", "--budget-action", action, "--grace", "2", *FAST])
     main = r.main_child()
-
-    def orphaned_helper():
-        for p in bh.pids_tagged(tag):
-            try:
-                if p != main and ns_pid(p) != p and proc_stat(p)["ppid"] != main and _resident(p) > 190 * MB:
-                    return p
-            except OSError:
-                pass
-        return None
-    stray = wait_for(orphaned_helper, 20, what="the forked helper orphaned, 200 MiB resident")
-    s = samples_go_on(port)
-    assert alive(stray), "a stray that allocated nothing was terminated for pages it shares"
-    held = [x.value for x in s.samples("reaper_stray_memory_bytes")]
-    assert len(held) == 1 and held[0] < 16 * MB, f"its memory is reported as {held}"
+    stray, _ = _shared_helper(tag, main, 190 * MB, port)
     rss = _resident(stray)
     free.touch()
     t0 = time.monotonic()
