@@ -16,9 +16,22 @@ is this thread's CPU time. A synthetic file reads faster than the kernel's proc/
 budget, not by the number of processes, so the saturated figure holds for a real node;
 the "real /proc" row measures this machine's own /proc for comparison.
 
+With --real (root): the real command, `reaper node`, on real processes. The bench
+re-runs itself as PID 1 of a PID namespace of its own (unshare --pid --fork --mount-proc
+--kill-child: everything in it dies with it), starts N sleeping processes there (1,000
+and 20,000; `sleep`, at most 10 minutes each) and runs `reaper node --proc /proc` in it,
+for each N: idle; with a renamed dd burning one core in the kernel, sampled
+(perf_event_open, as root); and the same burn as root without capabilities, so that
+sampling is refused and the per-process scan walks the N processes instead. Its CPU is
+reaper node's own (utime + stime of its /proc/PID/stat over the measured seconds: 30
+idle, so that the 30-second zombie pass falls in it, and 15 burning), and the time to
+name the kernel function is the streak's length when the function first shows in its
+metrics file (written every second).
+
 Run:
     python3 bench/bench_node.py             # about a minute
     python3 bench/bench_node.py --quick     # smoke run (1,000 processes, a few samples)
+    python3 bench/bench_node.py --real      # real processes, root: about 3 minutes
 Results: docs/benchmarks-node.md. Needs reaper importable (pip install -e .).
 """
 from __future__ import annotations
@@ -158,13 +171,142 @@ def real_proc(samples: int) -> dict:
     return {"processes": procs, "us_per_read": 1e6 * per, "scan_ms": 1000 * sum(cpu) / len(cpu)}
 
 
+REAL_SIZES = (1000, 20_000)
+REAL_SECONDS = 15.0          # measured per case with a core burnt, after a warm-up
+IDLE_SECONDS = 30.0          # measured idle: the 30-second zombie pass falls in it once
+SLEEP_MAX = "600"            # a sleeper's life at most, whatever happens to the bench
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _metric(path: Path, name: str) -> list:
+    """[(labels text, value)] of a family's samples in a metrics file."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head, _, value = line.rpartition(" ")
+            out.append((head[len(name):], float(value)))
+    return out
+
+
+def _real_case(tmp: Path, burn: "int | None", without_caps: bool) -> dict:
+    """reaper node in this namespace for REAL_SECONDS (after 3 s of warm-up), a core burnt
+    in the kernel if burn is a core."""
+    import signal
+    import subprocess
+
+    out = tmp / f"metrics-{burn}-{without_caps}.prom"
+    reaper = [str(Path(sys.executable).with_name("reaper"))]
+    pre = ["setpriv", "--inh-caps=-all", "--bounding-set=-all"] if without_caps else []
+    # The file every second while burning (to see when the function is named); idle, every
+    # 15 s, a scrape's usual interval (a file written every second is 0.5 % of a core alone).
+    interval = "1" if burn is not None else "15"
+    node = subprocess.Popen(pre + reaper + ["node", "--kmsg", "", "--metrics-file", str(out),
+                                            "--metrics-interval", interval],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    dd = None
+    try:
+        time.sleep(3.0)
+        if burn is not None:
+            exe = tmp / "kburnbench"
+            shutil.copy("/bin/dd", exe)
+            dd = subprocess.Popen([str(exe), "if=/dev/zero", "of=/dev/null", "bs=1M"], stderr=subprocess.DEVNULL,
+                                  preexec_fn=lambda: os.sched_setaffinity(0, {burn}))
+        c0, t0, named_at = _cpu_seconds(node.pid), time.monotonic(), None
+        while time.monotonic() - t0 < (REAL_SECONDS if burn is not None else IDLE_SECONDS):
+            time.sleep(0.25)
+            functions = _metric(out, "reaper_node_kernel_function_top_ratio") if named_at is None else []
+            if burn is not None and any(f'cpu="{burn}"' in labels for labels, _ in functions):
+                streak = [v for labels, v in _metric(out, "reaper_node_cpu_saturation_streak_seconds")
+                          if f'cpu="{burn}"' in labels]
+                named_at = streak[0] if streak else None
+        c1, t1 = _cpu_seconds(node.pid), time.monotonic()
+        culprit = [labels for labels, _ in _metric(out, "reaper_node_kernel_time_top_ratio") if "kburnbench" in labels]
+    finally:
+        if dd is not None:
+            dd.kill()
+            dd.wait()
+        node.send_signal(signal.SIGTERM)
+        _, err = node.communicate(timeout=30)
+    return {"percent_core": 100 * (c1 - c0) / (t1 - t0), "function_named_at_streak_seconds": named_at,
+            "culprit_named": bool(culprit), "sampling_refused": "not sampled" in err}
+
+
+def real(sizes, quick: bool) -> dict:
+    """In this PID namespace (PID 1 here): for each size, the sleepers, then the cases."""
+    import subprocess
+
+    global REAL_SECONDS, IDLE_SECONDS
+    if quick:
+        REAL_SECONDS = IDLE_SECONDS = 4.0
+    tmp = Path(tempfile.mkdtemp(prefix="bench-node-real-"))
+    burn = max(os.sched_getaffinity(0))
+    sleepers: list = []
+    results = {}
+    try:
+        for n in sizes:
+            while len(sleepers) < n:
+                sleepers.append(subprocess.Popen(["sleep", SLEEP_MAX], stdin=subprocess.DEVNULL,
+                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs = sum(1 for d in os.listdir("/proc") if d.isdigit())
+            results[n] = {"processes": procs,
+                          "idle": _real_case(tmp, None, False),
+                          "sampling": _real_case(tmp, burn, False),
+                          "scan (no sampling)": _real_case(tmp, burn, True)}
+    finally:
+        for p in sleepers:
+            p.kill()
+        for p in sleepers:
+            p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def main_real(a) -> int:
+    import subprocess
+
+    if os.getpid() != 1:                 # into a PID namespace of our own, where we are PID 1
+        argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", sys.executable,
+                str(Path(__file__).resolve()), *sys.argv[1:]]
+        return subprocess.run(argv).returncode
+    sizes = (a.processes,) if a.processes else ((1000,) if a.quick else REAL_SIZES)
+    res = real(sizes, a.quick)
+    load = open("/proc/loadavg").read().split()[:3]
+    print(f"reaper node on real processes in a PID namespace, {IDLE_SECONDS:.0f} s idle, {REAL_SECONDS:.0f} s a "
+          f"burning case; "
+          f"{platform.node()} {platform.release()}, nproc {os.cpu_count()}, load average {' '.join(load)}")
+    print(f"{'processes':>10}  {'case':<22}{'% of a core':>12}  {'function named at':>18}  culprit named")
+    for n, r in res.items():
+        for case in ("idle", "sampling", "scan (no sampling)"):
+            c = r[case]
+            at = c["function_named_at_streak_seconds"]
+            at = "-" if case == "idle" else ("never" if at is None else f"{at:.0f} s into the streak")
+            named = "-" if case == "idle" else ("yes" if c["culprit_named"] else "no")
+            print(f"{r['processes']:>10}  {case:<22}{c['percent_core']:>12.2f}  {at:>18}  {named}")
+    if a.json:
+        a.json.write_text(json.dumps({str(k): v for k, v in res.items()}, indent=2))
+    ok = all(r["sampling"]["culprit_named"] for r in res.values())
+    return 0 if ok else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--real", action="store_true", help="reaper node itself on real processes (root)")
     ap.add_argument("--processes", type=int, default=None)
     ap.add_argument("--cores", type=int, default=96)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    if a.real:
+        return main_real(a)
     procs = a.processes or (1000 if a.quick else 10_000)
     samples = 8 if a.quick else 60
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None

@@ -218,6 +218,53 @@ static void service_setup(char *const argv[], const struct reaper_spawn_extra *x
     }
 }
 
+/* REAPER_CHILD_OOM_RAISE, in the child: raw system calls and integers written by hand
+ * (async-signal-safe). Skipped where reaper may lower its own value instead (it has
+ * CAP_SYS_RESOURCE: reaper/oom.py), and for a value of -1000 (nobody is chosen). */
+static void raise_oom_score(void)
+{
+    /* capget(2)'s ABI, version 3 (linux/capability.h, which musl toolchains may lack);
+     * CAP_SYS_RESOURCE is capability 24. */
+    struct { uint32_t version; int pid; } hdr = { 0x20080522, 0 };
+    struct { uint32_t effective, permitted, inheritable; } caps[2];
+    if (syscall(SYS_capget, &hdr, caps) == 0 && (caps[0].effective & (1u << 24)))
+        return;
+    char buf[16];
+    int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    int neg = buf[0] == '-', value = 0;
+    for (ssize_t i = neg; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+        value = value * 10 + (buf[i] - '0');
+    if (neg)
+        value = -value;
+    int want = value + REAPER_CHILD_OOM_RAISE > 1000 ? 1000 : value + REAPER_CHILD_OOM_RAISE;
+    if (value <= -1000 || want <= value)
+        return;
+    char out[8];
+    int len = 0, w = want < 0 ? -want : want;
+    char digits[8];
+    int d = 0;
+    do {
+        digits[d++] = (char)('0' + w % 10);
+        w /= 10;
+    } while (w > 0);
+    if (want < 0)
+        out[len++] = '-';
+    while (d > 0)
+        out[len++] = digits[--d];
+    fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t unused = write(fd, out, (size_t)len);
+        (void)unused;
+        close(fd);
+    }
+}
+
 /* Only async-signal-safe calls between fork and exec. */
 static void become_child(char *const argv[], int own_group, int take_tty, int listen_pid,
                          const struct reaper_spawn_extra *extra, int cwdfd, int errfd)
@@ -227,6 +274,7 @@ static void become_child(char *const argv[], int own_group, int take_tty, int li
         child_failed(argv, errno, errfd);
     if (extra != NULL)
         service_setup(argv, extra, errfd);
+    raise_oom_score();
     if (own_group) {
         setpgid(0, 0);
         /* In the child, not the parent: the child must own the terminal

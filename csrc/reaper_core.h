@@ -95,6 +95,12 @@ struct reaper_waiter {
 #define REAPER_WAIT_MORE        2 /* the buffer filled up: call again at once */
 #define REAPER_WAIT_FDS         4 /* one of config.poll_fds is readable (or hung up) */
 
+/* Added to every child's oom_score_adj before it execs, where reaper cannot lower its
+ * own (no CAP_SYS_RESOURCE): a child scores as if it used this many thousandths of the
+ * memory limit more, so reaper (PID 1) is not the OOM killer's choice while a child could
+ * be. Never lowers a value, never past 1000, never from -1000 (docs/reaper.md). */
+#define REAPER_CHILD_OOM_RAISE 300
+
 /* What a service gets besides what the main child gets (reaper_spawn's extra). */
 struct reaper_spawn_extra {
     char *const *envp;      /* its environment; NULL: reaper's */

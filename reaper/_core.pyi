@@ -82,6 +82,7 @@ class _Lib:
     REAPER_WAIT_NO_CHILDREN: int
     REAPER_WAIT_MORE: int
     REAPER_WAIT_FDS: int
+    REAPER_CHILD_OOM_RAISE: int
     def reaper_setup(self, invoker_blocked: Any, /) -> int: ...
     def reaper_spawn(self, argv: Any, own_group: int, take_tty: int, listen_pid: int, extra: Any,
                      exec_errno: Any, /) -> int: ...

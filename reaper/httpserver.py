@@ -17,6 +17,14 @@ whatever the others do:
 - TCP_DEFER_ACCEPT: the kernel keeps a connection that has sent nothing for
   DEFER_ACCEPT seconds before handing it over, so idle ones cost nothing meanwhile.
 - One request per connection (``Connection: close``); GET and HEAD only.
+- Answers within a CPU share: answering (parsing a request, making and sending the
+  answer, closing) may use ANSWER_SHARE of a core on average, measured as the thread's
+  CPU time (the app's own work excluded: the exporter's routes bound their collections).
+  Past a burst of ANSWER_BURST, a complete request is held, unanswered and unwatched,
+  until the share allows it (oldest first, within REQUEST_DEADLINE). A client that asks
+  again as soon as it is answered, any number of them, is answered more slowly, never
+  with more of PID 1's CPU; connections are still accepted, read and cut meanwhile, so
+  the rules above hold.
 
 Nothing is written to stderr per request: faults are logged at debug level,
 and a fault of the loop itself once.
@@ -48,6 +56,8 @@ ACCEPT_BATCH = 64           # accepts per pass, so that a flood of connects cann
 ACCEPT_PAUSE = 0.1          # seconds without accepting when descriptors run out and none can be freed
 RECV_SIZE = 65536
 DISCARD_LIMIT = 65536       # unread input read away before a close (else close() sends RST)
+ANSWER_SHARE = 0.01         # of a core, on average, for answering (the app's own work excluded)
+ANSWER_BURST = 0.05         # CPU seconds of answers that may go at once beyond the share
 METHODS = ("GET", "HEAD")
 _RST = struct.pack("ii", 1, 0)      # SO_LINGER on, 0 s: close() resets, no TIME_WAIT
 
@@ -69,7 +79,7 @@ def text(status: int, body: str, *headers) -> Response:
 
 
 class _Conn:
-    __slots__ = ("sock", "deadline", "data", "out", "events", "open")
+    __slots__ = ("sock", "deadline", "data", "out", "events", "open", "head")
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock = sock
@@ -78,6 +88,7 @@ class _Conn:
         self.out = None            # memoryview of the answer left to send
         self.events = 0            # what the selector watches for
         self.open = True
+        self.head = b""            # a complete request head held until the share allows its answer
 
 
 class Server:
@@ -91,6 +102,10 @@ class Server:
         self.limit = connection_limit()
         self.reading: OrderedDict = OrderedDict()    # sock -> _Conn, oldest accept first
         self.writing: OrderedDict = OrderedDict()    # sock -> _Conn, oldest answer first
+        self.held: OrderedDict = OrderedDict()       # sock -> _Conn with a complete request, oldest first
+        self._credit = ANSWER_BURST                 # CPU seconds answers may still use now
+        self._credited = time.monotonic()           # when the credit was last counted
+        self._app_cpu = 0.0                         # CPU time of the app in the last answer
         self._stopping = False
         self._fault = SayOnce(self._say_fault, default=False)    # a bug in the loop: said once
         self._resume_at: float | None = None        # accepting paused until then
@@ -151,6 +166,7 @@ class Server:
                 self._guarded(key.data, self._on_ready)
         now = time.monotonic()
         self._expire(now)
+        self._answer_held(now)
         if self._resume_at is not None and now >= self._resume_at:
             self._resume_at = None
             self.selector.register(self.listener, selectors.EVENT_READ, "accept")
@@ -158,13 +174,15 @@ class Server:
     def _timeout(self, now: float):
         due = [d for d in (self._resume_at,
                            next(iter(self.reading.values())).deadline if self.reading else None,
-                           next(iter(self.writing.values())).deadline if self.writing else None)
+                           next(iter(self.writing.values())).deadline if self.writing else None,
+                           next(iter(self.held.values())).deadline if self.held else None,
+                           now - self._credit / ANSWER_SHARE if self.held else None)
                if d is not None]
         return max(0.0, min(due) - now) if due else None
 
     def _expire(self, now: float) -> None:
         # Deadlines are a constant after insertion, so each dict is in deadline order.
-        for pending in (self.reading, self.writing):
+        for pending in (self.reading, self.held, self.writing):
             while pending:
                 conn = next(iter(pending.values()))
                 if conn.deadline > now:
@@ -208,14 +226,14 @@ class Server:
         self.reading[conn.sock] = conn
         self._receive(conn)           # its request is usually there already
         if conn.open and conn.out is None:
-            if len(self.reading) + len(self.writing) > self.limit:
+            if len(self.reading) + len(self.held) + len(self.writing) > self.limit:
                 self._evict()         # the oldest: never this one, the newest
             self._watch(conn, selectors.EVENT_READ)
 
     def _evict(self) -> bool:
         """Cuts the oldest connection still without a complete request (else the
         oldest one being answered); False if there is none."""
-        for pending in (self.reading, self.writing):
+        for pending in (self.reading, self.held, self.writing):
             if pending:
                 self._cut(next(iter(pending.values())))
                 return True
@@ -247,21 +265,53 @@ class Server:
         if end < 0 or end > MAX_HEAD:
             self._answer(conn, text(431, "request head too large\n"), head_only=False)
             return
-        head = bytes(conn.data[:end])
+        conn.head = bytes(conn.data[:end])
         conn.data = bytearray()
-        request = _parse(head)
-        self._answer(conn, self._respond(request), head_only=request is not None and request.method == "HEAD")
+        if self.held or self._refill(time.monotonic()) < 0:    # behind those held, or past the share
+            self.reading.pop(conn.sock, None)
+            self._unwatch(conn)                   # not read meanwhile: a close cannot spin the loop
+            conn.deadline = time.monotonic() + REQUEST_DEADLINE
+            self.held[conn.sock] = conn
+            return
+        self._answer_head(conn)
+
+    def _refill(self, now: float) -> float:
+        """The answers' credit now: ANSWER_SHARE of the time since it was last counted, up
+        to ANSWER_BURST."""
+        self._credit = min(ANSWER_BURST, self._credit + (now - self._credited) * ANSWER_SHARE)
+        self._credited = now
+        return self._credit
+
+    def _answer_held(self, now: float) -> None:
+        """The held requests the share allows, oldest first."""
+        while self.held and self._refill(now) >= 0:
+            conn = self.held.popitem(last=False)[1]
+            self._guarded(conn, self._answer_head)
+            now = time.monotonic()
+
+    def _answer_head(self, conn: _Conn) -> None:
+        """Answers conn's complete request; its CPU time, the app's excluded, is charged
+        to the credit."""
+        started, self._app_cpu = time.thread_time(), 0.0
+        try:
+            request = _parse(conn.head)
+            self._answer(conn, self._respond(request), head_only=request is not None and request.method == "HEAD")
+        finally:
+            self._credit -= time.thread_time() - started - self._app_cpu
 
     def _respond(self, request) -> Response:
         if request is None:
             return text(400, "bad request\n")
         if request.method not in METHODS:
             return text(405, "method not allowed\n", ("Allow", ", ".join(METHODS)))
+        started = time.thread_time()
         try:
             return self.app(request)
         except Exception as e:
             self.log.debug(f"metrics: error answering {request.method} {request.path}: {e!r}")
             return text(500, "internal error\n")
+        finally:
+            self._app_cpu = time.thread_time() - started
 
     def _answer(self, conn: _Conn, response: Response, head_only: bool) -> None:
         self.reading.pop(conn.sock, None)
@@ -295,13 +345,17 @@ class Server:
             self.selector.register(conn.sock, events, conn)
         conn.events = events
 
-    def _forget(self, conn: _Conn) -> None:
-        conn.open = False
-        self.reading.pop(conn.sock, None)
-        self.writing.pop(conn.sock, None)
+    def _unwatch(self, conn: _Conn) -> None:
         if conn.events:
             _quietly(self.selector.unregister, conn.sock)
             conn.events = 0
+
+    def _forget(self, conn: _Conn) -> None:
+        conn.open = False
+        self.reading.pop(conn.sock, None)
+        self.held.pop(conn.sock, None)
+        self.writing.pop(conn.sock, None)
+        self._unwatch(conn)
 
     def _finish(self, conn: _Conn) -> None:
         """A graceful close after a complete answer: what the client sent beyond
@@ -322,7 +376,7 @@ class Server:
         _quietly(conn.sock.close)
 
     def _close_all(self) -> None:
-        for pending in (self.reading, self.writing):
+        for pending in (self.reading, self.held, self.writing):
             while pending:
                 self._cut(next(iter(pending.values())))
         for step in (lambda: self.selector.close(), lambda: self._wake_r.close(), lambda: self._wake_w.close(),

@@ -32,7 +32,7 @@ class CpuSampler:
 
     /proc/stat is host-wide even inside a container: this is the per-core view
     that finds one core at 100 % system time while the machine average looks fine.
-    The accounting is per core whatever is exported (reaper/metrics.py exports a
+    The accounting is per core whatever is exported (reaper/metrics/sections/node_cpu.py exports a
     summary of it by default, the per-core figures with --node-metrics per-core).
     """
 

@@ -6,6 +6,11 @@ first choice, and its death ends the namespace and loses the child's status.
 So where it may (CAP_SYS_RESOURCE), reaper lowers its own value to the minimum
 after the spawn: the main child forked before that and keeps the invoker's
 value, as must every child reaper starts (``invoker_value``).
+
+Where it may not, no process may lower its own value, but any may raise one: the
+C core's spawn raises each child's by REAPER_CHILD_OOM_RAISE (csrc/reaper_core.h)
+before its exec, so that reaper is not the OOM killer's choice while a child could
+be (docs/reaper.md, Notes).
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ def protect(log) -> bool:
             os.close(fd)
     except OSError as e:
         log.debug(f"oom_score_adj: cannot lower reaper's own below {invoker_value} ({e.strerror}: "
-                  "needs CAP_SYS_RESOURCE); the OOM killer may choose reaper before its children")
+                  "needs CAP_SYS_RESOURCE); its children start higher instead")
         return False
     log.debug(f"oom_score_adj: reaper's own lowered to {PROTECTED}; its children keep {invoker_value}")
     return True

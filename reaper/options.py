@@ -83,6 +83,11 @@ class Config:
     stray_max_age = None          # seconds from a stray's first sighting to its SIGTERM
     ray_aware = True
     stray_cpus = None
+    # leftovers of Ray workers and services (reaper/leftovers/)
+    leftovers = None              # keep | report | end | stop; None: report with services, else keep
+    leftover_grace = 5.0
+    devices = None                # device globs; None: reaper/leftovers/devices.py's defaults
+    gpu_memory = False            # read leftovers' GPU memory through NVML (reaper/leftovers/gpumem.py)
     # statistics
     metrics_port = None
     metrics_address = "0.0.0.0"
@@ -257,6 +262,21 @@ RESTART_POLICIES = ("always", "on-failure", "never")
 NODE_METRICS_MODES = ("summary", "per-core", "off")
 LOG_FORMATS = ("text", "json")
 SERVICE_FAILURE_ACTIONS = ("ignore", "stop")
+LEFTOVER_MODES = ("keep", "report", "end", "stop")
+MAX_LEFTOVER_GRACE = 3600.0     # seconds: a leftover holding a GPU longer than an hour is no grace
+
+
+def _leftover_grace(text: str) -> float:
+    v = seconds(text, allow_zero=True)
+    if v > MAX_LEFTOVER_GRACE:
+        raise ValueError(f"must be at most {MAX_LEFTOVER_GRACE:g} seconds, not {quoted(text)}")
+    return v
+
+
+def _devices(text: str) -> tuple:
+    from reaper.leftovers.devices import parse_globs      # only when devices are given
+
+    return parse_globs(text)
 
 
 def _choice(choices: tuple, what: str):
@@ -409,6 +429,19 @@ OPTIONS = (
            env=("REAPER_NO_RAY_AWARE",), section="budget"),
     Option("stray-cpus", "", "stray_cpus", "value", "keep strays on these CPUs (e.g. 2-7), or auto",
            "LIST", _cpus, env=("REAPER_STRAY_CPUS",), section="budget"),
+    Option("leftovers", "", "leftovers", "value",
+           "keep | report | end | stop: what happens to what a Ray worker or a service leaves running "
+           "when it ends (report with services, else keep)", "MODE", _choice(LEFTOVER_MODES, "leftovers mode"),
+           env=("REAPER_LEFTOVERS",), section="leftovers"),
+    Option("leftover-grace", "", "leftover_grace", "value",
+           "seconds between a leftover's SIGTERM and its SIGKILL under --leftovers end ({default})",
+           "SECONDS", _leftover_grace, env=("REAPER_LEFTOVER_GRACE",), section="leftovers"),
+    Option("devices", "", "devices", "value",
+           "device files that count as accelerators, comma-separated globs (default: NVIDIA, AMD, "
+           "Neuron, accel)", "GLOB[,GLOB...]", _devices, env=("REAPER_DEVICES",), section="leftovers"),
+    Option("gpu-memory", "", "gpu_memory", "flag",
+           "tell the GPU memory leftovers held and freed, through NVML (pip install 'reaper-init[nvml]')",
+           env=("REAPER_GPU_MEMORY",), section="leftovers"),
     Option("metrics", "", "metrics_port", "value",
            f"serve Prometheus metrics on the default port {DEFAULT_METRICS_PORT}",
            "", lambda _: DEFAULT_METRICS_PORT, env=("REAPER_METRICS",), section="metrics"),

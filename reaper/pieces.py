@@ -1,7 +1,7 @@
 """The policy pieces reaper starts after the spawn, composed for the failure
 boundary (reaper/boundary.py), which runs each one under its guard: a piece that
 fails is switched off with one line, reaper goes on. In start order: services,
-statistics, hygiene (cwd, inherited fds), title, oom, metrics, budgets.
+statistics, hygiene (cwd, inherited fds), title, oom, metrics, budgets, leftovers.
 
 Kept apart from cli.py, whose code is all on the way from start to the child's
 exec: this module is loaded after the child runs.
@@ -9,7 +9,7 @@ exec: this module is loaded after the child runs.
 import os
 import sys
 
-from reaper.policy import BUDGETS, HYGIENE, METRICS, OOM, SERVICES, STATISTICS, TITLE
+from reaper.policy import BUDGETS, HYGIENE, LEFTOVERS, METRICS, OOM, SERVICES, STATISTICS, TITLE
 
 
 def compose(cfg, log, exporter, pid: int, inherited: list):
@@ -37,6 +37,8 @@ def compose(cfg, log, exporter, pid: int, inherited: list):
             policy.start(METRICS, lambda: exporter.start(sup), getattr(exporter, "abort", None))
         if cfg.budgets_enabled:
             policy.start(BUDGETS, lambda: _enforcer(cfg, log, stats, sup))
+        if _leftovers_mode(cfg) != "keep":
+            policy.start(LEFTOVERS, lambda: _leftovers(cfg, log, stats, sup))
     return start
 
 
@@ -115,3 +117,18 @@ def _enforcer(cfg, log, stats, sup):
     from reaper.budgets.enforcer import Enforcer
 
     return Enforcer(cfg, log, stats.budget, sup, reaped.of(sup, stats))
+
+
+def _leftovers_mode(cfg) -> str:
+    """--leftovers as given; unset, report where there are services (the loop has
+    timers anyway), else keep: an idle reaper with nothing asked never wakes, and the
+    budgets' cost stays theirs."""
+    if cfg.leftovers is not None:
+        return cfg.leftovers
+    return "report" if cfg.services_enabled else "keep"
+
+
+def _leftovers(cfg, log, stats, sup):
+    from reaper.leftovers.piece import Leftovers
+
+    return Leftovers(cfg, log, stats, sup, cfg.leftovers or "report")

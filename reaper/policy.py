@@ -5,7 +5,7 @@ it off with one ERROR line, counted in reaper_policy_errors_total, and reaper go
 without it. A failure is not an off switch a process could pull (a stray that makes
 the budgets fail must not end them for the rest of the run): the piece starts again
 after a backoff (RESTART_FIRST doubling to RESTART_MAX), counted in
-reaper_policy_restarts_total. That is the statistics and the budgets (RESTARTED).
+reaper_policy_restarts_total. That is the statistics, the budgets and the leftovers (RESTARTED).
 The others stay off: hygiene, title and oom run once; the services cannot be
 rebuilt (a new runner would start every service twice; those up are still reaped
 and drained), nor the exporter (its port and threads; its sampler restarts its own
@@ -38,11 +38,12 @@ STATISTICS = "statistics"   # the counters the metrics and the summary read (rea
 HYGIENE = "hygiene"         # cwd /, inherited fds closed after the spawn
 TITLE = "title"             # reaper's process title
 OOM = "oom"                 # reaper's own oom_score_adj
-METRICS = "metrics"         # the Prometheus exporter (reaper/metrics.py)
+METRICS = "metrics"         # the Prometheus exporter (reaper/metrics/)
 BUDGETS = "budgets"         # budgets for strays (reaper/budgets/)
+LEFTOVERS = "leftovers"     # what ended Ray workers and services left running (reaper/leftovers/)
 SUMMARY = "summary"         # the exit summary (reaper/summary.py)
 
-RESTARTED = frozenset((STATISTICS, BUDGETS))   # started again after a failure; the others stay off
+RESTARTED = frozenset((STATISTICS, BUDGETS, LEFTOVERS))   # started again after a failure; the others stay off
 RESTART_FIRST = 1.0         # seconds from a failure to the piece's first restart
 RESTART_MAX = 300.0         # the backoff's ceiling; a piece that ran this long starts over at RESTART_FIRST
 
@@ -52,10 +53,11 @@ class Policy:
     switched off (closed, so that, e.g., stopped strays are resumed) and, unless it
     is one of RESTARTED, started afresh after its backoff."""
 
-    def __init__(self, log, stats) -> None:
+    def __init__(self, log, stats, restarted: frozenset = RESTARTED) -> None:
         self.log = log
-        self.stats = stats               # may be None until the boundary has made it
-        self.plugins: list = []          # (piece, Plugin)
+        self.stats = stats               # may be None until the boundary has made it (None: not counted)
+        self.restarted = restarted       # the pieces started again after a failure (the exporter's sampler has its own)
+        self.plugins: list = []          # (piece, Plugin): next_deadline(), tick(now), close()
         self.off: dict = {}              # piece -> when it starts again (None: not before reaper ends)
         self._factories: dict = {}       # piece -> (factory, abort) of a periodic piece
         self._backoff: dict = {}         # piece -> its restart Backoff
@@ -102,7 +104,7 @@ class Policy:
             backoff = self._backoff[piece] = Backoff(RESTART_FIRST, RESTART_MAX)
         wait = backoff.next(now - self._since.get(piece, now))
         again = None
-        if piece in RESTARTED and not self._closed:
+        if piece in self.restarted and not self._closed:
             again = now + wait
         self.off[piece] = again
         if self.stats is not None:

@@ -1,5 +1,5 @@
 """What reaper counts. Plain Python numbers, updated by the loop without locks
-or imports; the exporter reads them at scrape time (reaper/metrics.py)."""
+or imports; the exporter reads them at scrape time (reaper/metrics/)."""
 from __future__ import annotations
 
 import os
@@ -85,6 +85,7 @@ class Stats:
         self.policy_restarts: dict = {}       # piece -> times started again after a failure
         self.budget = BudgetStats()
         self.services: list = []              # services.runner.Service, in start order (when configured)
+        self.leftovers = None                 # leftovers.publish.Published, once that piece runs
 
     def record_reap(self, kind: str, status: int, latency: float, cpu: float) -> None:
         self._reaped[(kind, outcome(status))] += 1

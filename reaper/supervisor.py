@@ -309,6 +309,13 @@ class Supervisor:
         later = any(e.kind == EV_SIGNAL and e.signo == signal.SIGCONT for e in self.batch[i + 1:])
         if later or signal.SIGCONT in signal.sigpending():
             return
+        if not _job_control_shell():
+            # Nobody would continue reaper (no terminal, or no job-control shell above
+            # it): any process that may stop the child, or signal reaper, would freeze
+            # reaper's reaping for good.
+            self.log.event(("job-stop",), INFO, f"{why}: reaper goes on (no terminal and job-control shell "
+                                                "to continue it)")
+            return
         self.log.event(("job-stop",), INFO, f"{why}: reaper stops too (job control)")
         try:
             os.kill(self.pid, signal.SIGSTOP)    # takes effect before kill() returns
@@ -378,3 +385,21 @@ class Supervisor:
             status = code or 1
         self.stats.exit_status = status
         return status
+
+
+def _job_control_shell() -> bool:
+    """A stop of reaper would be answered: reaper has a controlling terminal and its
+    parent, in the same session, put it in a process group of its own (a job of a
+    job-control shell, whose fg or bg continues it). Otherwise (a container, a pod,
+    `docker --init`, a shell without job control) nothing would: as the kernel does
+    for an orphaned process group, the stop is not followed."""
+    from reaper.procfs.processes import stat_fields
+
+    st = stat_fields("self", maxsplit=6)
+    try:
+        ppid, pgrp, session, tty = (int(x) for x in st[1][1:5])   # after the state
+        if tty == 0 or ppid <= 1:
+            return False
+        return os.getsid(ppid) == session and os.getpgid(ppid) != pgrp
+    except (TypeError, ValueError, OSError):
+        return False

@@ -39,6 +39,7 @@ def _is_signalfd(fd: int) -> bool:
 
 SECTIONS = (("core", "Options"), ("services", "Supervised services"),
             ("budget", "Budgets for stray processes (CPU, memory, lifetime)"),
+            ("leftovers", "Leftovers of Ray workers and services (what they started, GPU holders first)"),
             ("metrics", "Statistics"))
 HELP_ROW = ("-h, --help", "show this help and exit")
 

@@ -45,7 +45,7 @@ def address(text: str) -> str:
 
 def check_writable(path: str) -> None:
     """Raises ValueError unless a file can be written at path: a directory is an
-    error; a temporary file is created beside it and removed (as metrics.py does)."""
+    error; a temporary file is created beside it and removed (as reaper/metrics/exporter.py does)."""
     if os.path.isdir(path):
         raise ValueError(f"{display(path)} is a directory")
     d, base = os.path.split(os.path.abspath(path))

@@ -123,6 +123,9 @@ class Recorder:
     def cycle(self, t: Any, fraction: float, now: float, group: Any) -> None:
         self.done.append(("throttle_sigstop", "cycle", t.key[0]))
 
+    def ran_stopped(self, t: Any) -> float | None:
+        return None
+
     def release(self, t: Any, now: float) -> None:
         self.done.append(("release", "cycle", t.key[0]))
 

@@ -195,14 +195,14 @@ class World:
 
         from reaper import procctl
         from reaper.budgets import cgroupfs, cleanup, lineage, pulse, strays
-        from reaper.procfs import processes
+        from reaper.procfs import cgroups, processes
 
         world = self
         fakes = {
             processes.read_stat: self.read_stat, processes.read_counters: self.read_counters,
             processes.read_children: self.read_children, processes.read_cmdline: self.read_cmdline,
             processes.read_comm: self.read_comm, lineage.read_groups: self.read_groups,
-            lineage.boot_ticks: self.boot, cgroupfs.read_proc_cgroup: lambda pid: None,
+            lineage.boot_ticks: self.boot, cgroups.read_pid_cgroup: lambda pid: None,
             procctl.Handle: _handle_class(self), procctl.pidfds_work: lambda: True,
             cleanup.remove_stale: lambda parents=None: ([], []), time: FakeTime(self),
             pulse.cgroup_usage_file: lambda: "world/cpuacct.usage",

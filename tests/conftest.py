@@ -136,6 +136,17 @@ def pids_with_arg(arg: str, last: bool = False) -> list:
     return found
 
 
+def child_oom_score() -> int:
+    """The oom_score_adj reaper, started from here, gives its children: this process's,
+    raised where reaper cannot lower its own (no CAP_SYS_RESOURCE; docs/reaper.md)."""
+    from reaper._core import lib
+
+    value = int(open("/proc/self/oom_score_adj").read())
+    if int(proc_status(os.getpid())["CapEff"], 16) & (1 << 24) or value <= -1000:
+        return value
+    return max(value, min(1000, value + lib.REAPER_CHILD_OOM_RAISE))
+
+
 def alive(pid: int) -> bool:
     """pid exists and is not a zombie."""
     try:

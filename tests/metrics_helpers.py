@@ -219,3 +219,25 @@ def refuse_http_thread(monkeypatch) -> None:
             raise RuntimeError("can't start new thread")
         real_start(t)
     monkeypatch.setattr(threading.Thread, "start", start)
+
+
+# --- an exporter in the test's own process: real options.Config and stats.Stats --------------
+
+def exporter_config(**fields):
+    """A real options.Config (reaper's defaults) with the fields given set; a field the
+    Config lacks is the test's mistake."""
+    from reaper import options
+
+    cfg = options.Config()
+    for name, value in fields.items():
+        assert hasattr(cfg, name), f"options.Config has no {name}"
+        setattr(cfg, name, value)
+    return cfg
+
+
+def own_scope():
+    """A real scope (reaper watch's type) for an exporter made in the test's process:
+    not PID 1, no main child, no services."""
+    from reaper.commands.watch import WatchScope
+
+    return WatchScope(os.getpid())

@@ -124,7 +124,8 @@ def test_every_alert_links_to_its_runbook_section():
 
 def test_every_summary_names_the_pod_or_the_instance():
     node = {r["alert"] for r in _rules(NODE_GROUP)}
-    assert node == {"ReaperNodeCoreSaturationStreak", "ReaperNodeDyingMemoryCgroupsGrowing"}
+    assert node == {"ReaperNodeCoreSaturationStreak", "ReaperNodeDyingMemoryCgroupsGrowing",
+                    "ReaperNodeNicStallAfterKernelSaturation"}
     for rule in _rules():
         where = WHERE_NODE if rule["alert"] in node else WHERE
         assert where in rule["annotations"]["summary"], rule["alert"]
@@ -227,7 +228,9 @@ def test_node_alerts_fire_once_per_node(tmp_path, keep):
     assert variant != (DOCS / "alerts.yml").read_text()
     out = _promtool_output(tmp_path, variant)
     failed = set(re.findall(r"alertname: (\w+), time:", out))
-    expected = {"ReaperNodeCoreSaturationStreak"} | ({"ReaperNodeDyingMemoryCgroupsGrowing"} if keep == "pod" else set())
+    expected = {"ReaperNodeCoreSaturationStreak"} | ({"ReaperNodeDyingMemoryCgroupsGrowing",
+                                                      "ReaperNodeNicStallAfterKernelSaturation"}
+                                                     if keep == "pod" else set())
     assert failed == expected, out
     if keep == "pod":
         assert 'pod="reaper-node-q9w4z"' in out.split("got:", 1)[1], out

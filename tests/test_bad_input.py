@@ -337,3 +337,24 @@ def test_endless_and_infinite_values_are_one_line_exit_2(tmp_path, env, needle):
 
 def test_a_cpu_range_too_large_to_build_is_refused_before_it_is_built(tmp_path):
     refused(tmp_path, ["--cpu-budget", "1", "--stray-cpus", "0-4000000000"], "--stray-cpus: CPU numbers stop at 65535")
+
+
+# --- leftovers (docs/leftovers.md) --------------------------------------------------------
+
+@pytest.mark.parametrize("args, env, needle", [
+    (["--leftovers", "kill"], None, "unknown leftovers mode 'kill'"),
+    ([], {"REAPER_LEFTOVERS": "END"}, "REAPER_LEFTOVERS"),
+    (["--leftover-grace", "-1"], None, "must be a number >= 0"),
+    (["--leftover-grace", "nan"], None, "expected a number of seconds"),
+    (["--leftover-grace", "inf"], None, "expected a number of seconds"),
+    (["--leftover-grace", "3601"], None, "at most 3600 seconds"),
+    ([], {"REAPER_LEFTOVER_GRACE": "1e9"}, "REAPER_LEFTOVER_GRACE"),
+    (["--devices", ""], None, "at least one device glob"),
+    ([], {"REAPER_DEVICES": " , "}, "at least one device glob"),
+    (["--devices", "/dev/nvidia[0-9"], None, "unclosed ["),
+    (["--devices", "dev/nvidia*"], None, "absolute path"),
+    (["--devices", "/dev/kfd,"], None, "an empty device glob"),
+], ids=["mode", "mode-env", "grace-negative", "grace-nan", "grace-inf", "grace-absurd", "grace-env",
+        "devices-empty", "devices-env-empty", "glob-unclosed", "glob-relative", "glob-trailing-comma"])
+def test_leftover_options_refuse_bad_values(tmp_path, args, env, needle):
+    refused(tmp_path, args, needle, env=env)

@@ -9,10 +9,14 @@ diff of the JSON files is part of its review:
     REAPER_GOLDEN_WRITE=1 /work/venv-NAME/bin/python -m pytest -q tests/test_budget_golden.py
 
 The scenarios follow the black-box tests (test_budget*.py): a CPU hog under nice, the
-duty cycle and terminate; a fork hop caught at once (by the duty cycle, and by the
-scan) and a sample late; dormant strays woken by CPU, by an exec and by their age;
-memory over a stray's own budget and over the total; strays reaper may not read or
-renice (EPERM); the drain.
+duty cycle and terminate (cpu_*), the total shared; a fork hop caught at once by the
+duty cycle (hop_at_once), by the scan and a sample late (hop_late); sleeping strays
+(dormant_*: strays that lead their own group, never dormant records; sleepers_*:
+dormant records) woken by CPU, by an exec, by their age, by their memory and as a new
+stray's parent; memory over a stray's own budget and over the total, and kept awake
+while over (memory_*); strays reaper may not read or renice (eperm); the CPU of what
+reaper reaps (reaped); the drain. A scenario added later is written on the code before
+the change it guards (PYTHONPATH at an export of that commit, the same command).
 """
 from __future__ import annotations
 
@@ -189,6 +193,60 @@ def memory_nice() -> World:
     return w
 
 
+# Strays of the main tree's group and session (as a program's helpers are): they lead
+# none of their own, so a plain one sleeps as a dormant record (dormant.py).
+MAINS = {"pgid": MAIN, "sid": MAIN}
+
+
+def sleepers_cpu() -> World:
+    """Dormant records from the first sample; one whose CPU moves is tracked again at the
+    sweep its unread CPU makes (pulse.py), and judged."""
+    w = World([*CPU, "--budget-action", "nice"], 16)
+    s = [w.add(comm="sleep", cmdline=f"sleep {600 + i}", **MAINS) for i in range(4)]
+    w.at(9.0, lambda: setattr(s[1], "rate", 0.8))
+    return w
+
+
+def sleepers_exec() -> World:
+    """A dormant stray that exec's is tracked again at the next scan; one that ends is
+    dropped; the dormant ones holding most memory are listed."""
+    w = World([*CPU, "--budget-action", "nice"], 12)
+    s = [w.add(comm="sleep", cmdline=f"sleep {600 + i}", mem=(i + 1) << 20, **MAINS) for i in range(4)]
+
+    def exec_():
+        s[2].comm, s[2].cmdline, s[2].rate = "python", "python job.py", 0.7
+    w.at(5.0, exec_)
+    w.at(6.5, lambda: w.exit(s[3].pid))
+    w.at(7.5, lambda: w.add(ppid=MAIN, comm="worker", cmdline="main --worker"))    # a fork: the scan
+    return w
+
+
+def sleepers_age() -> World:
+    """Dormant strays past --stray-max-age are tracked again when due and terminated."""
+    w = World(["--stray-max-age", "8", "--budget-grace", "2", "--budget-action", "nice", "--grace", "2"], 16)
+    w.add(comm="sleep", cmdline="sleep 600", **MAINS)
+    w.add(comm="stubborn", cmdline="stubborn", term_exits=False, **MAINS)
+    w.at(3.0, lambda: w.add(comm="late", cmdline="sleep 900", **MAINS))
+    return w
+
+
+def sleepers_memory_and_parents() -> World:
+    """A dormant stray whose memory grows past its budget is tracked again (its RSS
+    moved: read again at a sweep); one that forks a new stray is tracked again as its
+    parent."""
+    w = World(["--memory-budget", "100M", "--budget-grace", "2", "--budget-window", "2", "--budget-action", "nice"],
+              14)
+    s = [w.add(comm="sleep", cmdline=f"sleep {600 + i}", **MAINS) for i in range(3)]
+
+    def grows():
+        s[0].mem, s[0].rss = 150 << 20, 160 << 20
+        s[2].rss += 4096                 # its RSS alone moved: its memory read again, still under
+        w.total_cpu += 0.2               # CPU nobody read (a process come and gone): a sweep
+    w.at(5.0, grows)
+    w.at(8.5, lambda: w.add(ppid=s[1].pid, comm="child", cmdline="child", pgid=MAIN, sid=MAIN))
+    return w
+
+
 def drain() -> World:
     w = World([*CPU, "--budget-action", "throttle"], 9)
     w.add(comm="hog", cmdline="hog --spin", rate=1.0)
@@ -197,7 +255,8 @@ def drain() -> World:
 
 
 SCENARIOS = [cpu_nice, cpu_throttle, cpu_terminate, cpu_total, hop_at_once, hop_late, dormant_cpu,
-             dormant_exec, dormant_age, memory_own, memory_total, memory_nice, eperm, reaped, drain]
+             dormant_exec, dormant_age, sleepers_cpu, sleepers_exec, sleepers_age, sleepers_memory_and_parents,
+             memory_own, memory_total, memory_nice, eperm, reaped, drain]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)

@@ -386,7 +386,9 @@ def test_a_stray_that_leaves_its_cgroup_is_put_back(delegated_cpu_cgroup, reaper
         assert r.stderr.count("left its cpu cgroup /") == 1, r.stderr      # said once
     if most == 1:
         assert (left, s["stray_cgroup_escapes"]) == (1, 1), (left, s)
-        assert "throttle_sigstop" not in s["budget_actions"], s
+        # Duty-cycled as well for a window after its escape (issue 33.13), then its cgroup alone.
+        assert s["budget_actions"].get("throttle_sigstop") == 1, s
+        assert "instead" not in r.stderr, r.stderr
     else:
         assert left >= 4 and s["stray_cgroup_escapes"] == 4, (left, s)    # ESCAPES_MAX + 1, then let be
         assert "duty-cycled (SIGSTOP/SIGCONT) instead" in r.stderr, r.stderr
@@ -541,19 +543,9 @@ def test_a_hop_is_a_fork_of_a_member_gone_lately_and_of_one_lineage_only(lineage
 def test_proc_pid_cgroup_is_read_defensively():
     from reaper.budgets import cgroupfs
 
-    assert cgroupfs.cgroup_path(b"5:cpuset:/x\n4:cpu,cpuacct:/a/b\n0::/u\n", 1, "cpu") == "/a/b"
-    assert cgroupfs.cgroup_path(b"5:cpuset:/x\n4:cpu,cpuacct:/a/b\n0::/u\n", 2, "") == "/u"
-    assert cgroupfs.cgroup_path(b"5:cpuset:/x\n", 1, "cpu") is None                 # no such hierarchy
-    # A name with a newline (kernels before 5.x allow one) could forge a line: named twice is unknown.
-    assert cgroupfs.cgroup_path(b"6:memory:/x\n4:cpu:/leaf\n4:cpu:/parent\n", 1, "cpu") is None
-    assert cgroupfs.cgroup_path(b"0::/x\n0::/leaf\n", 2, "") is None
-    assert cgroupfs.cgroup_path(b"4:cpu:relative\n", 1, "cpu") is None
-    assert cgroupfs.cgroup_path(b"4:cpu:/a:b c\xff\n", 1, "cpu") == "/a:b c\udcff"    # colons, bytes kept
     m = Mount("/", "/sys/fs/cgroup/cpu", 1, frozenset({"cpu"}))
     assert cgroupfs.dir_in(b"4:cpu:/r/s1\n", m, 1, "cpu") == "/sys/fs/cgroup/cpu/r/s1"
     assert cgroupfs.dir_in(b"4:cpu:/r/s1\n", None, 1, "cpu") is None
     assert cgroupfs.dir_in(None, m, 1, "cpu") is None
     assert cgroupfs.dir_in(b"4:cpu:/a\x00b\n", m, 1, "cpu") is None
-    own = cgroupfs.read_proc_cgroup(os.getpid())
-    assert own is not None and own.endswith(b"\n")
-    assert cgroupfs.read_proc_cgroup(2 ** 22 + 1) is None                           # no such process
+    assert cgroupfs.dir_in(b"6:memory:/x\n4:cpu:/leaf\n4:cpu:/parent\n", m, 1, "cpu") is None   # named twice

@@ -52,13 +52,18 @@ def test_options_turn_budgets_on_with_the_registrys_dests_only():
 
 
 def test_metrics_reason_labels_are_the_registrys():
-    from reaper.metrics import ReaperCollector
-    from reaper.stats import BudgetStats
+    from metrics_helpers import exporter_config, own_scope
 
-    b = BudgetStats()
-    b.over_budget = {"cpu": 2, "memory": 1, "age": 0}
-    collector = ReaperCollector(SimpleNamespace(cfg=SimpleNamespace(budgets_enabled=True)), scope=None)
-    families = {f.name: f for f in collector._budget(SimpleNamespace(budget=b), {})}
+    from reaper import metrics
+    from reaper.log import Log
+    from reaper.metrics.reading import Reading
+    from reaper.metrics.sections import budget
+    from reaper.stats import Stats
+
+    stats = Stats()
+    stats.budget.over_budget = {"cpu": 2, "memory": 1, "age": 0}
+    x = metrics.prepare(exporter_config(cpu_budget=0.5), stats, Log(0))
+    families = {f.name: f for f in budget.collect(Reading(x, own_scope()), {})}
     over = families["reaper_strays_over_budget"]
     assert [s.labels["reason"] for s in over.samples] == list(kinds.REASONS)
     assert {s.labels["reason"]: s.value for s in over.samples} == {"cpu": 2, "memory": 1, "age": 0}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, REAPER, START_NICE, UNSHARE, in_poll, proc_status, py, remove_cgroup, run_reaper,
-                      summary, wait_for, wait_for_file)
+from conftest import (PYTHON, REAPER, START_NICE, UNSHARE, child_oom_score, free_port, in_poll, proc_status, py,
+                      remove_cgroup, run_reaper, summary, wait_for, wait_for_file)
 
 FAULTY = [PYTHON, str(Path(__file__).with_name("helpers") / "faulty_reaper.py")]
 NONROOT = 1000
@@ -318,7 +318,7 @@ def _has_cap_sys_resource() -> bool:
 def test_without_cap_sys_resource_reaper_says_why_it_keeps_its_oom_score():
     r = run_reaper(["-vv", "--", "cat", "/proc/self/oom_score_adj"])
     assert r.proc.returncode == 0
-    assert r.stdout.strip() == open("/proc/self/oom_score_adj").read().strip()
+    assert int(r.stdout) == child_oom_score()
     assert any("oom_score_adj: cannot lower" in l and "CAP_SYS_RESOURCE" in l and ": DEBUG " in l
                for l in r.stderr.splitlines()), r.stderr
     assert "oom" not in run_reaper(["--", "true"]).stderr      # debug level only
@@ -335,6 +335,91 @@ def test_with_cap_sys_resource_reaper_is_never_chosen_before_its_children(reaper
     assert r.readline() == "300"
     wait_for(lambda: open(f"/proc/{r.pid}/oom_score_adj").read().strip() == "-1000", what="reaper protected")
     assert r.wait(input=b"\n") == 0
+
+
+@pytest.mark.parametrize("invoker,child", [(0, 300), (800, 1000), pytest.param(-1000, -1000, marks=pytest.mark.skipif(
+    not _has_cap_sys_resource(), reason="setting -1000 needs CAP_SYS_RESOURCE, which root lacks here"))])
+def test_without_cap_sys_resource_children_score_higher_never_lower(invoker, child):
+    """Issue 33 point 8: reaper cannot lower its own score, so its children start with
+    theirs raised (capped at 1000; -1000, never chosen, stays). Raising needs no privilege."""
+    def setup():
+        with open("/proc/self/oom_score_adj", "w") as f:     # as root, before the caps go
+            f.write(str(invoker))
+    r = subprocess.run([*UNSHARE, "setpriv", "--bounding-set", "-sys_resource", "--inh-caps", "-sys_resource",
+                        REAPER, "--", "sh", "-c", "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'"],
+                       preexec_fn=setup, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(child)] * 2             # and so every descendant
+
+
+# Fills its memory cgroup with copies of itself, each 8 MB more (about 16 MB resident,
+# smaller than reaper with metrics and budgets, about 29 MB), until the OOM killer kills
+# one: then ends the others and exits 7. 3 if no copy was ever killed.
+FILL = py("""
+import os, sys, time
+kids, killed = [], False
+for n in range(400):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        b = bytearray(8 << 20)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        os.write(w, b"x")
+        while True:
+            time.sleep(60)
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
+    kids.append(pid)
+    for k in list(kids):
+        p, status = os.waitpid(k, os.WNOHANG)
+        if p:
+            kids.remove(k)
+            killed = killed or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == 9)
+    if killed:
+        break
+for k in kids:
+    os.kill(k, 9)
+    os.waitpid(k, 0)
+sys.exit(7 if killed else 3)
+""")
+
+
+V1_MEMORY = "/sys/fs/cgroup/memory"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(V1_MEMORY, os.W_OK) or
+                    not os.path.exists(os.path.join(V1_MEMORY, "memory.oom_control")),
+                    reason="needs root and a writable cgroup v1 memory hierarchy")
+@pytest.mark.xdist_group("cpu-heavy")           # 250 MB at once: one such test at a time
+def test_pid1_without_cap_sys_resource_is_not_the_oom_killers_choice(reaper):
+    """Issue 33 point 8: reaper as PID 1 (metrics and budgets on: its largest footprint)
+    without CAP_SYS_RESOURCE, in a 250 MB memory cgroup its main child fills with copies
+    of itself smaller than reaper. Before, reaper was killed and the namespace with it
+    (the status lost); now a copy is, and the status is the main child's."""
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="reaper-oom.", dir=V1_MEMORY)
+    try:
+        Path(d, "memory.limit_in_bytes").write_text(str(250 << 20))
+        if os.path.exists(os.path.join(d, "memory.memsw.limit_in_bytes")):
+            Path(d, "memory.memsw.limit_in_bytes").write_text(str(250 << 20))
+
+        def enter():
+            Path(d, "cgroup.procs").write_text(str(os.getpid()))
+        r = reaper(["--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1", "--cpu-budget", "1",
+                    "--memory-budget", "1G", "--", *FILL],
+                   exe=["setpriv", "--bounding-set", "-sys_resource", "--inh-caps", "-sys_resource", REAPER],
+                   preexec_fn=enter)
+        assert not int(proc_status(r.pid)["CapEff"], 16) & (1 << 24)
+        status = r.wait(60)
+        kills = [l for l in Path(d, "memory.oom_control").read_text().splitlines() if l.startswith("oom_kill ")]
+        assert kills and int(kills[0].split()[1]) >= 1, "the OOM killer never ran"
+        assert status == 7, f"exit {status}: reaper was chosen ({r.stderr[-500:]})"
+    finally:
+        remove_cgroup(d)
 
 
 # --- 12. every piece after the spawn is inside the boundary --------------------------

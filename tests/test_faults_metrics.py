@@ -108,7 +108,8 @@ def test_a_collection_that_fails_is_a_500_and_the_server_goes_on():
     level only); the next scrape, and /healthz, are answered as usual."""
     from prometheus_client import CollectorRegistry
 
-    from reaper import httpserver, metrics
+    from reaper import httpserver
+    from reaper.metrics import routes
 
     class Failing:
         fail = True
@@ -123,7 +124,7 @@ def test_a_collection_that_fails_is_a_500_and_the_server_goes_on():
     port = free_port()
     sock = socket.create_server(("127.0.0.1", port))
     with StderrPipe() as err:
-        server = httpserver.Server(sock, metrics._routes(registry, err.log), err.log)
+        server = httpserver.Server(sock, routes.app(registry, err.log), err.log)
         server.start()
         try:
             status, _, body = request(port, "GET", "/metrics")
@@ -141,7 +142,8 @@ def test_head_matches_get_exactly_on_a_fixed_registry():
     not change between two scrapes: HEAD's headers are GET's, byte for byte."""
     from prometheus_client import CollectorRegistry, Gauge
 
-    from reaper import httpserver, metrics
+    from reaper import httpserver
+    from reaper.metrics import routes
 
     registry = CollectorRegistry()
     Gauge("fixed_value", "A value that does not move", registry=registry).set(42)
@@ -149,7 +151,7 @@ def test_head_matches_get_exactly_on_a_fixed_registry():
     sock = socket.create_server(("127.0.0.1", port))
     from reaper.log import Log
 
-    server = httpserver.Server(sock, metrics._routes(registry, Log()), Log())
+    server = httpserver.Server(sock, routes.app(registry, Log()), Log())
     server.start()
     try:
         for accept in ("", "application/openmetrics-text; version=1.0.0"):
@@ -287,14 +289,12 @@ class StderrPipe:
 
 
 def _exporter(port: int, log):
-    from types import SimpleNamespace
+    from metrics_helpers import exporter_config
 
     from reaper import metrics
     from reaper.stats import Stats
 
-    cfg = SimpleNamespace(metrics_address="127.0.0.1", metrics_port=port, metrics_file=None,
-                          metrics_interval=10.0, budgets_enabled=False)
-    return metrics.prepare(cfg, Stats(), log)
+    return metrics.prepare(exporter_config(metrics_address="127.0.0.1", metrics_port=port), Stats(), log)
 
 
 def test_abort_after_a_failed_start_releases_everything(monkeypatch):
@@ -309,7 +309,9 @@ def test_abort_after_a_failed_start_releases_everything(monkeypatch):
 def _abort_after_a_failed_start(port, log, monkeypatch):
     x = _exporter(port, log)
     refuse_http_thread(monkeypatch)
-    scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
+    from metrics_helpers import own_scope
+
+    scope = own_scope()
     with pytest.raises(RuntimeError):
         x.start(scope)
     x._sampler.join(5)
@@ -337,7 +339,9 @@ def test_a_failing_sampler_piece_is_switched_off_and_starts_again(tmp_path, monk
 
 def _switched_off_and_on_again(port, err, stat):
     x = _exporter(port, err.log)
-    scope = type("Scope", (), {"pid": os.getpid(), "is_pid1": False, "main_pid": None, "supervised": set()})
+    from metrics_helpers import own_scope
+
+    scope = own_scope()
     x.start(scope)
     try:
         assert x.cpu is not None
@@ -354,8 +358,9 @@ def _switched_off_and_on_again(port, err, stat):
         assert x._sampler.is_alive()                       # the other pieces go on
         stat.write_text("cpu  2 0 2 20 0 0 0 0\ncpu0 2 0 2 20 0 0 0 0\n")
         wait_for(lambda: x.cpu is not None, 10, 0.02, what="per-core CPU to start again")
-        s = Scrape(get(port)[2])
-        assert s.value("reaper_source_available", source="proc_stat") == 1
+        # A scrape within routes.SCRAPE_CACHE of the last one is served that one's page.
+        wait_for(lambda: Scrape(get(port)[2]).value("reaper_source_available", source="proc_stat") == 1, 10, 0.1,
+                 what="a scrape to see per-core CPU again")
         assert any("per-core CPU started again" in msg for level, msg in err.lines() if level == "info"), err.lines()
     finally:
         x.abort()

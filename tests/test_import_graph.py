@@ -71,11 +71,28 @@ def _imported(module: str, is_package: bool, node) -> list:
     """The names an Import or ImportFrom node imports (a module, or a name in one)."""
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
+    return [_base(module, is_package, node)] + [f"{_base(module, is_package, node)}.{a.name}" for a in node.names]
+
+
+def _base(module: str, is_package: bool, node) -> str:
     base = node.module or ""
     if node.level:                     # relative: from . import x, from ..y import z
         parent = module.split(".")[:len(module.split(".")) - node.level + (1 if is_package else 0)]
         base = ".".join(parent + ([node.module] if node.module else []))
-    return [base] + [f"{base}.{a.name}" for a in node.names]
+    return base
+
+
+def _takes_from_package(module: str, is_package: bool, node, modules: dict) -> "str | None":
+    """The package whose own code (its __init__) `from PACKAGE import name` takes a name
+    of, when PACKAGE is one of module's: a real edge to it (from reaper.commands import
+    answered, in reaper.commands.stats), unlike the load of a module's own packages."""
+    if not isinstance(node, ast.ImportFrom):
+        return None
+    base = _base(module, is_package, node)
+    if base in modules and module.startswith(base + ".") and \
+            any(f"{base}.{a.name}" not in modules for a in node.names):
+        return base
+    return None
 
 
 def import_graph() -> dict:
@@ -88,6 +105,9 @@ def import_graph() -> dict:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
+            package = _takes_from_package(name, path.name == "__init__.py", node, modules)
+            if package is not None:
+                edges.add(package)
             for target in _imported(name, path.name == "__init__.py", node):
                 parts = target.split(".")
                 for i in range(1, len(parts) + 1):     # reaper.a.b runs reaper/a/__init__ first
@@ -138,6 +158,12 @@ def test_the_graph_sees_module_and_function_level_imports():
     assert "reaper.boundary" in graph["reaper.cli"]               # in a function, after the spawn
     assert {"reaper.commands", "reaper.commands.watch"} <= graph["reaper.cli"] | graph["reaper.commands"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+    # A name taken from a package's own code is an edge to it; a submodule of it is not.
+    assert "reaper.metrics" not in graph["reaper.metrics.sections.budget"]
+    tree = ast.parse("from reaper.metrics import names\nfrom reaper.metrics import prepare\n")
+    modules = _modules()
+    got = [_takes_from_package("reaper.metrics.client", False, n, modules) for n in tree.body]
+    assert got == [None, "reaper.metrics"]
 
 
 def test_no_import_cycles():
@@ -149,6 +175,67 @@ def test_no_import_cycles():
         lines += [f"    {m} imports {', '.join(sorted(graph[m] & component))}" for m in sorted(component)]
     assert not unknown, ("import cycles (a function-level import counts: see this module's docstring); "
                          "move what both need to a module of its own:\n" + "\n".join(lines))
+
+
+MAX_MODULE_LINES = 700     # a module past this is two concerns (docs/architecture.md)
+
+
+def private_reach_ins(modules: dict) -> list:
+    """Where a module of the package takes a private name (_x) of another: imports it
+    (from reaper.a import _x) or reads it through the module (a._x, reaper.a._x). A
+    private module (reaper._native, the typed facade of the C core) imported whole is
+    the package's own and no reach-in; a name inside it is."""
+    found = []
+    for name, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+        aliases = {}                              # local name -> the module of the package it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = _base(name, is_package, node)
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    if full in modules:
+                        aliases[a.asname or a.name] = full
+                    elif a.name.startswith("_") and not a.name.startswith("__") and base in modules \
+                            and base != name:
+                        found.append(f"{path.name}:{node.lineno}: from {base} import {a.name}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in modules:
+                        aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            base, dotted = node.value, []
+            while isinstance(base, ast.Attribute):
+                dotted.insert(0, base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                owner = ".".join([aliases[base.id]] + dotted)
+                if owner in modules and owner != name and f"{owner}.{node.attr}" not in modules:
+                    found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names(tmp_path):
+    assert private_reach_ins(_modules()) == []
+    # The control: the check sees both forms, and lets a private module imported whole pass.
+    pkg = tmp_path / "reaper"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_core.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("_x = 1\n")
+    (pkg / "b.py").write_text("from reaper.a import _x\nfrom reaper import a, _core\nprint(a._x, _core)\n")
+    fake = {"reaper": pkg / "__init__.py", "reaper.a": pkg / "a" / "__init__.py",
+            "reaper._core": pkg / "_core.py", "reaper.b": pkg / "b.py"}
+    assert private_reach_ins(fake) == ["b.py:1: from reaper.a import _x", "b.py:3: a._x"]
+
+
+def test_no_module_is_over_700_lines():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert len(sizes) > 50                        # the package was found
+    assert {n: k for n, k in sizes.items() if k > MAX_MODULE_LINES} == {}
 
 
 def test_text_helpers_and_signals_import_no_other_module_of_reaper():
@@ -194,6 +281,25 @@ def loaded_before_exec(tmp_path, argv: list, env: "dict | None" = None) -> set:
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and out.exists(), f"the launcher did not reach the spawn: {p.stderr}"
     return set(out.read_text().split())
+
+
+# --metrics: the port is bound before the spawn (a bad one fails before the child starts):
+# the exporter's binding (reaper.metrics) and the Exporter it returns (reaper.metrics.exporter,
+# which imports nothing the binding did not), the log for its one WARN line, and Stats.
+WITH_METRICS = WITH_SIGNALS | {"reaper.log", "reaper.stats", "reaper.values", "reaper.metrics",
+                               "reaper.metrics.exporter"}
+
+
+def test_the_modules_loaded_before_the_childs_exec_with_metrics_are_pinned(tmp_path):
+    """What --metrics loads of reaper before the exec: the binding, not the exporter's
+    routes, sections, sampler, HTTP server or prometheus_client (imported after the spawn)."""
+    from conftest import free_port
+
+    loaded = loaded_before_exec(tmp_path, ["--metrics-port", str(free_port()), "--metrics-address", "127.0.0.1",
+                                           "--", "true"])
+    ours = {m for m in loaded if m.split(".")[0] in ("reaper", "_cffi_backend")}
+    assert ours == WITH_METRICS, f"new {sorted(ours - WITH_METRICS)}, gone {sorted(WITH_METRICS - ours)}"
+    assert not loaded & {"prometheus_client", "reaper.httpserver", "typing", "psutil"}
 
 
 @pytest.mark.parametrize("argv,env,expected", [

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import PYTHON, remove_cgroup, wait_for_file
-from metrics_helpers import in_pids_cgroup, scrape, wait_scrape, start_with_metrics
+from metrics_helpers import exporter_config, in_pids_cgroup, own_scope, scrape, start_with_metrics, wait_scrape
 
 LOAD_SECONDS = 120.0     # an upper bound: the loop is killed once the signals are seen
 USER_LOOP = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end: pass\n"
@@ -103,7 +103,7 @@ def test_the_default_summary_shows_a_pinned_busy_core_without_per_core_series(re
 def test_node_metrics_off_reads_no_proc_stat_and_exports_no_node_cpu(reaper, tmp_path):
     """--node-metrics off: no reaper_node_cpu_* at all, and proc_stat is not a source
     (not read by choice, not "unreadable"); the rest of the node signals stay."""
-    from reaper.metrics import SAMPLE_INTERVAL
+    from reaper.metrics.sampler import SAMPLE_INTERVAL
 
     r, port = _metrics_reaper(reaper, tmp_path, ["--node-metrics", "off"])
     # A scrape from after the first sample would have been taken (summary: SAMPLE_INTERVAL in).
@@ -155,18 +155,14 @@ class _Log:
 
 
 def _cfg(mode: str):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(metrics_address="127.0.0.1", metrics_port=None, metrics_file=None,
-                           metrics_interval=10.0, budgets_enabled=False, node_metrics=mode)
+    return exporter_config(metrics_address="127.0.0.1", node_metrics=mode)
 
 
 def _collected(tmp_path, mode: str, cores: int) -> list:
     """(name, labels) of every series the collector gives a scrape, its sampler reading
     a recorded /proc/stat of `cores` cores (two reads one second apart; cpu0 saturated)."""
-    from types import SimpleNamespace
-
     from reaper import metrics, nodestats
+    from reaper.metrics.collector import ReaperCollector
     from reaper.stats import Stats
 
     d = tmp_path / f"proc-{cores}"
@@ -178,8 +174,7 @@ def _collected(tmp_path, mode: str, cores: int) -> list:
     sampler.sample()
     x = metrics.prepare(_cfg(mode), Stats(), _Log())
     x.cpu = sampler                    # even off: the collector itself must leave it out
-    scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set())
-    return [(smp.name, smp.labels) for fam in metrics.ReaperCollector(x, scope).collect() for smp in fam.samples]
+    return [(smp.name, smp.labels) for fam in ReaperCollector(x, own_scope()).collect() for smp in fam.samples]
 
 
 def _node_cpu(series: list) -> list:
@@ -204,9 +199,8 @@ def test_a_default_scrape_has_as_many_series_on_96_cores_as_on_2(tmp_path):
 
 
 def test_the_summary_values_from_recorded_samples(tmp_path):
-    from types import SimpleNamespace
-
     from reaper import metrics, nodestats
+    from reaper.metrics.collector import ReaperCollector
     from reaper.stats import Stats
 
     d = tmp_path / "proc"
@@ -219,9 +213,8 @@ def test_the_summary_values_from_recorded_samples(tmp_path):
     sampler.sample()
     x = metrics.prepare(_cfg("summary"), Stats(), _Log())
     x.cpu = sampler
-    scope = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set())
     got = {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
-           for fam in metrics.ReaperCollector(x, scope).collect() for smp in fam.samples}
+           for fam in ReaperCollector(x, own_scope()).collect() for smp in fam.samples}
     second = 100 / nodestats.CLK_TCK
     assert got[("reaper_node_cpus", ())] == 96
     assert got[("reaper_node_cpu_saturated_cores", ())] == 2
@@ -235,8 +228,6 @@ def test_the_summary_values_from_recorded_samples(tmp_path):
 @pytest.mark.parametrize("mode,sampled", [("off", False), ("summary", True), ("per-core", True)])
 def test_only_node_metrics_off_leaves_proc_stat_unread(monkeypatch, mode, sampled):
     """off starts no per-core sampler (/proc/stat is never read); the others do."""
-    from types import SimpleNamespace
-
     from reaper import metrics, nodestats
     from reaper.stats import Stats
 
@@ -244,7 +235,7 @@ def test_only_node_metrics_off_leaves_proc_stat_unread(monkeypatch, mode, sample
     real = nodestats.CpuSampler
     monkeypatch.setattr(nodestats, "CpuSampler", lambda *a: made.append(a) or real(*a))
     x = metrics.prepare(_cfg(mode), Stats(), _Log())
-    x.start(SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set()))
+    x.start(own_scope())
     try:
         assert bool(made) == sampled and (x.cpu is not None) == sampled
     finally:

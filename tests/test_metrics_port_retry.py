@@ -9,13 +9,12 @@ import shutil
 import signal
 import socket
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 import pytest
 
 from conftest import (PYTHON, REAPER, _refusal, free_port, refused, refused_sub, require, wait_for,
                       wait_for_file)
-from metrics_helpers import Scrape, get, scrape, wait_healthy, write_script
+from metrics_helpers import Scrape, exporter_config, get, own_scope, scrape, wait_healthy, write_script
 
 
 @contextmanager
@@ -141,9 +140,14 @@ def test_an_address_that_comes_up_later_is_retried(reaper, tmp_path):
 # --- in-process: the backoff, the wake-ups once bound, a retry that fails --------------------
 
 class Log:
+    """reaper.log.Log's interface, keeping the lines."""
+
     def __init__(self):
         self.lines = []
         self.dropped = 0
+
+    def enabled(self, level: int) -> bool:
+        return False
 
     def __getattr__(self, level):
         if level in ("error", "warn", "info", "debug"):
@@ -154,15 +158,14 @@ class Log:
         return [msg for level, msg in self.lines if level in levels]
 
 
-SCOPE = SimpleNamespace(pid=os.getpid(), is_pid1=False, main_pid=None, supervised=set())
 
 
 def exporter(port: int, log, mfile, interval: float = 0.05):
     from reaper import metrics
     from reaper.stats import Stats
 
-    cfg = SimpleNamespace(metrics_address="127.0.0.1", metrics_port=port, metrics_file=str(mfile),
-                          metrics_interval=interval, budgets_enabled=False)
+    cfg = exporter_config(metrics_address="127.0.0.1", metrics_port=port, metrics_file=str(mfile),
+                          metrics_interval=interval)
     return metrics.prepare(cfg, Stats(), log)
 
 
@@ -171,16 +174,19 @@ def test_retries_back_off_to_the_ceiling_and_end_once_bound(monkeypatch, tmp_pat
     0.05 s after the start, then 0.1, 0.2 and 0.2 s apart; uncapped the sixth gap would
     be 3.2 s); once bound, no try is made again while the sampler goes on waking up for
     its other pieces (the metrics file, every 0.05 s)."""
-    from reaper import metrics
+    import time
 
-    monkeypatch.setattr(metrics, "BIND_RETRY_FIRST", 0.05)
-    monkeypatch.setattr(metrics, "BIND_RETRY_MAX", 0.2)
-    tries, real_listen = [], metrics._listen
+    from reaper import metrics
+    from reaper.metrics import exporter as lifecycle
+
+    monkeypatch.setattr(lifecycle, "BIND_RETRY_FIRST", 0.05)
+    monkeypatch.setattr(lifecycle, "BIND_RETRY_MAX", 0.2)
+    tries, real_listen = [], metrics.Port.listen
 
     def listen(*a):
-        tries.append(metrics.time.monotonic())
+        tries.append(time.monotonic())
         return real_listen(*a)
-    monkeypatch.setattr(metrics, "_listen", listen)
+    monkeypatch.setattr(metrics.Port, "listen", listen)
     port, log = free_port(), Log()
     with held(port) as holder:
         x = exporter(port, log, tmp_path / "m.prom")
@@ -193,7 +199,7 @@ def test_retries_back_off_to_the_ceiling_and_end_once_bound(monkeypatch, tmp_pat
             real_write()
         x.write_file = write_file                                   # the sampler takes it at its start
         try:
-            x.start(SCOPE)
+            x.start(own_scope())
             wait_for(lambda: len(tries) >= 8, 15, 0.01, what="7 retries")
             gaps = [b - a for a, b in zip(tries[1:], tries[2:8])]   # tries[0]: prepare's bind
             for gap, want in zip(gaps, (0.1, 0.2, 0.2, 0.2, 0.2, 0.2)):
@@ -217,8 +223,9 @@ def test_a_retry_that_fails_is_switched_off_with_one_line(monkeypatch, tmp_path,
     the server thread, switches the piece off with one line; the port is left closed,
     and the sampler goes on (the metrics file keeps being written)."""
     from reaper import metrics
+    from reaper.metrics import exporter as lifecycle
 
-    monkeypatch.setattr(metrics, "BIND_RETRY_FIRST", 0.05)
+    monkeypatch.setattr(lifecycle, "BIND_RETRY_FIRST", 0.05)
     port, log, mfile = free_port(), Log(), tmp_path / "m.prom"
     if failure == "no-thread":
         from metrics_helpers import refuse_http_thread
@@ -229,9 +236,9 @@ def test_a_retry_that_fails_is_switched_off_with_one_line(monkeypatch, tmp_path,
     if failure == "eacces":                               # after prepare's bind, before the first retry
         def listen(*a):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
-        monkeypatch.setattr(metrics, "_listen", listen)
+        monkeypatch.setattr(metrics.Port, "listen", listen)
     try:
-        x.start(SCOPE)
+        x.start(own_scope())
         wait_for(lambda: len(log.said("warn", "error")) == 2, 10, 0.01, what="the retry to fail")
         off = log.said("warn", "error")[1]
         assert "metrics port failed" in off and "switched off" in off, off

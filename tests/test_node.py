@@ -63,17 +63,27 @@ def burner(tmp_path):
         p.wait(30)
 
 
-@pytest.mark.xdist_group("cpu-heavy")     # one core must be saturated by the test alone
-def test_a_core_burnt_in_the_kernel_is_a_streak_with_its_culprit_named(burner, tmp_path):
+def watching(extra=()) -> tuple:
+    """(reaper node --diagnose 120 serving metrics, its port, its first scrape that shows a
+    core other work on this host leaves idle now, that core). A CPU-bound job beside the
+    suite keeps one busy: the idle one's streak can end once a burner is gone."""
     port = free_port()
-    node = _node(["--diagnose", "120", "--metrics-port", str(port), "--metrics-address", "127.0.0.1"])
+    node = _node(["--diagnose", "120", *extra, "--metrics-port", str(port), "--metrics-address", "127.0.0.1"])
     try:
         wait_healthy(port)
-        # A core that other work on this host leaves idle now (a CPU-bound job beside the
-        # suite keeps one busy): its streak can end once the burner is gone.
         s = wait_scrape(port, lambda s: _idle_core(s) is not None, "a core not saturated by other work",
                         timeout=60)
-        cpu = _idle_core(s)
+    except BaseException:
+        node.kill()
+        node.communicate()
+        raise
+    return node, port, s, _idle_core(s)
+
+
+@pytest.mark.xdist_group("cpu-heavy")     # one core must be saturated by the test alone
+def test_a_core_burnt_in_the_kernel_is_a_streak_with_its_culprit_named(burner, tmp_path):
+    node, port, s, cpu = watching()
+    try:
         label = str(cpu)
         long_before = _long_system_streaks(s)
         dd = burner(cpu)
@@ -246,7 +256,8 @@ def test_a_quiet_node_exits_0_with_a_report_that_says_so(tmp_path):
     assert "  live 4, dying 2\n" in out
     assert "Pressure (share of the watch stalled): cpu some 0.0%, full 0.0%; " in out     # a file that stands still
     assert "irq full 0.0%" in out
-    assert out.rstrip().endswith("dying memory cgroups not over 10 times the live ones and 1000.")
+    assert out.rstrip().endswith("dying memory cgroups not over 10 times the live ones and 1000, and no NIC event "
+                                 "after a core saturated in kernel time.")
     assert "Zombie processes on the host: 1; by cgroup: /kubepods.slice/kubepods-burstable.slice/" in out
     assert err == ""
 

@@ -67,26 +67,61 @@ def test_a_blocked_call_is_late_at_its_deadline_and_never_blocks_the_caller_long
     assert threading.active_count() == threads            # an idle worker, not a new thread
 
 
-def test_ray_detection_judges_a_process_whose_files_hang_as_not_rays_within_the_deadline(monkeypatch):
-    """A process whose root leads into a filesystem that never answers costs the
-    loop one deadline, once: it is judged not Ray's (its budget applies) and cached."""
+def test_ray_detection_leaves_a_process_whose_files_hang_undecided_and_asks_again(monkeypatch):
+    """Issue 33 point 5: a process whose root leads into a filesystem that never answers
+    costs the loop one deadline a check, and is never judged not Ray's (its budget would
+    then act on what may be Ray's own): UNDECIDED, not kept, asked again, and told once
+    its files answer."""
     from reaper.budgets import ray
 
-    read, release = _blocking_read()
+    reads = [_blocking_read() for _ in range(2)]
     calls = []
+    answer = []
 
-    def classify(pid, cmdline):
+    def classify(pid, cmdline, deadline):
         calls.append(pid)
-        return read()
+        return answer[0] if answer else reads[len(calls) - 1][0]()
     rp = ray.RayProcesses()
     monkeypatch.setattr(rp, "_classify", classify)
+    me = os.getpid()
     try:
-        start = time.monotonic()
-        assert rp.kind(os.getpid(), 1, b"python\0x\0") is None
-        assert time.monotonic() - start < ray.CLASSIFY_TIMEOUT + 1.5
-        assert rp.late == [os.getpid()]
-        start = time.monotonic()
-        assert rp.kind(os.getpid(), 1, b"python\0x\0") is None      # cached: not asked again
-        assert time.monotonic() - start < 0.1 and len(calls) == 1
+        for n in (1, 2):
+            start = time.monotonic()
+            assert rp.kind(me, 1, b"python\0x\0") == ray.UNDECIDED
+            assert time.monotonic() - start < ray.CLASSIFY_TIMEOUT + 1.5
+            assert len(calls) == n and (me, 1) not in rp.cache        # asked again: no verdict kept
+        assert rp.late == [me, me]
+        start = time.monotonic()                                     # both checkers held: at once
+        assert rp.kind(me, 1, b"python\0x\0") == ray.UNDECIDED
+        assert time.monotonic() - start < 0.1 and len(calls) == 2
     finally:
-        release()
+        for _, release in reads:
+            release()
+    deadline = time.monotonic() + 10
+    while rp.files.stuck and time.monotonic() < deadline:
+        time.sleep(0.01)
+    answer.append("daemon")
+    assert rp.kind(me, 1, b"python\0x\0") == "daemon"                # decided once it answers
+
+
+def test_work_that_checks_its_deadline_stops_there_and_frees_its_worker():
+    """Issue 33 point 4: a check that is long, not blocked (a deep path a stray chose),
+    stops soon after its deadline instead of burning on in its thread."""
+    from reaper.procfs.offloop import check
+
+    pool = OffLoop(0.1, max_stuck=2)
+    spins = []
+
+    def endless(deadline):
+        while True:
+            spins.append(1)
+            check(deadline)
+    with pytest.raises(Late):          # the loop's wait, or the work's own check just before it
+        pool.run(endless, pool.deadline())
+    deadline = time.monotonic() + 2
+    while pool.stuck and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert pool.stuck == 0, "the late call still runs"
+    n = len(spins)
+    time.sleep(0.05)
+    assert len(spins) == n

@@ -14,7 +14,7 @@ SAMPLE = {  # a valid value for each option that takes one
     "summary_file": "/tmp/s.json", "node_metrics": "per-core", "log_format": "json",
     "services": "web=sleep 60", "restart": "on-failure", "restart_delay": "0.5",
     "restart_max_delay": "60", "restart_limit": "3/60", "on_service_failure": "stop", "service_ready": "db",
-    "wait_ready": "10",
+    "wait_ready": "10", "leftovers": "end", "leftover_grace": "2", "devices": "/dev/nvidia[0-9]*,/tmp/x*",
     "services_dir": str(__import__("pathlib").Path(__file__).with_name("helpers") / "services"),
 }
 # What an option needs beside it to be valid (a --service-ready names a service).

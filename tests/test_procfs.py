@@ -55,16 +55,6 @@ def test_path_in_names_one_hierarchys_cgroup_or_nothing(data, version, controlle
     assert cgroups.path_in(cgroups.parse_pid_cgroup(data), version, controller) == path
 
 
-def test_the_budgets_parser_agrees_until_it_switches_to_this_one():
-    """budgets/cgroupfs.cgroup_path is to become path_in(parse_pid_cgroup(data), ...)."""
-    from reaper.budgets import cgroupfs
-
-    for data in (HYBRID, b"6:memory:/x\n4:cpu:/l\n4:cpu:/p\n", b"0::/x\n0::/l\n", b"4:cpu:r\n", b"0::/\xff\n"):
-        for version, controller in ((1, "cpu"), (1, "memory"), (2, "")):
-            assert cgroups.path_in(cgroups.parse_pid_cgroup(data), version, controller) == \
-                cgroupfs.cgroup_path(data, version, controller), (data, version, controller)
-
-
 def test_the_reader_is_bounded_and_says_none_for_the_gone_and_the_too_long(tmp_path):
     (tmp_path / "7").mkdir()
     (tmp_path / "7" / "cgroup").write_bytes(HYBRID)

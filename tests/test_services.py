@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (PYTHON, START_NICE, REAPER, Reaper, alive, clean_env, invoker_signals, py, refused,
-                      run_reaper, summary, wait_for, wait_for_file, signal_set, lines_of)
+from conftest import (PYTHON, START_NICE, REAPER, Reaper, alive, child_oom_score, clean_env, invoker_signals, py,
+                      refused, run_reaper, summary, wait_for, wait_for_file, signal_set, lines_of)
 import budget_helpers as bh
 from metrics_helpers import start_with_metrics, wait_scrape
 
@@ -519,7 +519,7 @@ open({str(out)!r}, "w").write("\\n".join(info))
     assert r.returncode == 0, r.stderr
     devnull, own_group, cwd, few_fds, oom = out.read_text().split("\n")
     assert (devnull, own_group, cwd, few_fds) == ("/dev/null", "True", str(tmp_path), "True")
-    assert oom == open("/proc/self/oom_score_adj").read().strip()
+    assert int(oom) == child_oom_score()                   # the main child's (docs/reaper.md)
 
 
 # --- bad input ------------------------------------------------------------------------------

@@ -25,9 +25,11 @@ def test_stats_from_url_and_file(reaper, tmp_path):
     assert text.startswith("reaper ") and "(init), pid 1" in text
     lines = {ln.split()[0]: ln for ln in text.splitlines()[1:] if ln.strip()}
     assert "running" in lines["main"]
-    assert "reaped       6 (orphan 6); orphans by outcome: SIGTERM 1, exited_0 3, exited_nonzero 2" in text
+    assert ("reaped       6 processes (6 orphans); the orphans: 3 exited 0, 2 exited with an error, "
+            "1 killed by SIGTERM") in text
     assert "1 now" in lines["zombies"] and "[2] 1" in lines["zombies"]
-    assert "received: SIGUSR1 1; forwarded: SIGUSR1 1" in lines["signals"]
+    assert "received 1 SIGUSR1; passed on to the main child 1 SIGUSR1" in lines["signals"]
+    assert "  budgets      off (no budget option given)\n" in text, text
     # The default summary: no core is named (no per-core series), the saturated ones are counted.
     assert "busiest core " in lines["node"] and "cores saturated now" in lines["node"], text
     assert "busiest core cpu" not in lines["node"], text
@@ -123,8 +125,9 @@ def test_stats_shows_budgets_strays_cgroups_and_pids(reaper):
             key = ln[:15].strip() or "(more)"
             rows.setdefault(key, []).append(ln[15:].strip())
         budgets = rows["budgets"][0]
-        assert budgets.startswith("on (") and "actions:" in budgets and "nice 1" in budgets, out.stdout
-        assert any(f"[{ns_pid}]" in s and "cores" in s and "(nice)" in s for s in rows["(more)"]), out.stdout
+        assert budgets.startswith("on; strays used ") and "acted on: 1 reniced for CPU" in budgets \
+            and "over a budget 1 time (1 for CPU)" in budgets, out.stdout
+        assert any(f"[{ns_pid}]" in s and "cores" in s and "(reniced)" in s for s in rows["(more)"]), out.stdout
         assert "memory cgroups on the node" in rows["cgroups"][0] or "not listed" in rows["cgroups"][0], out.stdout
         if "cgroup v2" in rows:
             assert "live and" in rows["cgroup v2"][0] and "dying" in rows["cgroup v2"][0], out.stdout
@@ -197,3 +200,56 @@ def test_stats_of_a_finished_run_says_how_long_it_ran_and_when_it_ended(reaper, 
     assert f", ended {when} (" in head and head.endswith("ago), phase done"), head
     assert any(f"ran {n}s, ended" in head for n in (1, 2, 3)), head
     assert " up " not in head, head
+
+
+# --- reaper node: its view, not a reaper's rows ----------------------------------------------------
+
+def test_stats_and_top_show_reaper_nodes_view(tmp_path):
+    """Pointed at a real `reaper node` (recorded /proc with 3,000 dying memory cgroups,
+    recorded kernel log lines of a NIC incident), reaper stats and top's model show the
+    node's view (reaper/node/view.py's rows), not `pid -, up ?` nor a reaper's rows."""
+    import shutil
+    import time
+    from pathlib import Path
+
+    from metrics_helpers import wait_healthy
+
+    data = Path(__file__).resolve().parent / "data" / "node"
+    shutil.copytree(data / "proc", tmp_path / "proc")
+    port = free_port()
+    node = subprocess.Popen([REAPER, "node", "--metrics-port", str(port), "--metrics-address", "127.0.0.1",
+                             "--proc", str(tmp_path / "proc"), "--sys", str(data / "sys-v2"),
+                             "--kmsg", str(data / "kmsg.incident")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_healthy(port)
+        wait_scrape(port, lambda s: s.samples("reaper_node_zombies") and s.samples("reaper_node_nic_events_total"),
+                    "a first sample with the kernel log read")
+        out = reaper_stats("--url", f"127.0.0.1:{port}")
+        assert out.returncode == 0, out.stderr
+        print(out.stdout)
+        lines = out.stdout.splitlines()
+        assert lines[0].startswith("reaper ") and lines[0].endswith(" (node)"), lines[0]
+        titles = [ln[2:15].strip() for ln in lines[1:]]
+        assert {t for t in titles if t} == {"cores", "memory", "nic", "zombies"}, out.stdout
+        assert "  cores        no core saturated in the window" in out.stdout
+        assert "memory cgroups: live 8, dying 3,000" in out.stdout
+        assert "dying ones held below: /kubepods.slice/pod-aaa.slice (1,990)" in out.stdout
+        assert "eth0 reset 1" in out.stdout and "ens5 tx_timeout 1" in out.stdout
+        assert "  zombies      1 on the host; by cgroup: /kubepods.slice/" in out.stdout
+
+        from reaper.commands.top import model
+
+        source = model.Source(f"127.0.0.1:{port}", 5)
+        first = source.frame(time.time())
+        assert first.node and first.view is not None and first.error == "", first.error
+        assert ("memory", "memory cgroups: live 8, dying 3,000") in first.node_rows
+        assert not [r for r in first.node_rows if r[0] == "pressure"]      # a rate: needs a second fetch
+        second = source.frame(time.time())
+        pressure = [t for s, t in second.node_rows if s == "pressure"]
+        assert pressure and pressure[0].startswith("stalled: cpu full 0.0%"), second.node_rows
+        assert second.head.endswith("(node)") and not second.strays and second.main == "", second.head
+    finally:
+        node.send_signal(signal.SIGTERM)
+        _, err = node.communicate(timeout=30)
+    assert "Traceback" not in err, err

@@ -254,6 +254,11 @@ reaper_cgroup_pids 5
 reaper_cgroup_pids_max 400
 reaper_cpu_seconds_total 0.25
 reaper_resident_memory_bytes 30000000
+reaper_leftovers_total{{action="reported"}} 2
+reaper_leftovers_total{{action="killed"}} 0
+reaper_leftover_owners_ended_total{{kind="service"}} 1
+reaper_leftover_device_holders{{device="/dev/nvidia0"}} 1
+reaper_leftovers_tracked 3
 """
     if per_core:
         text += """reaper_node_cpu_busy_ratio{cpu="0"} 0.1
@@ -264,23 +269,59 @@ reaper_node_cpu_saturated_seconds_total{cpu="7"} 520
     return text
 
 
+# reaper node's page: its own rows (reaper/node/view.py), the host's zombies.
+NODE_PAGE = """reaper_build_info{version="1.0",mode="node"} 1
+reaper_node_cpu_saturation_streak_seconds{cpu="3"} 40
+reaper_node_cpu_saturation_streak_max_seconds{cpu="3"} 95
+reaper_node_cpu_saturation_streak_length_seconds_bucket{mode="system",le="+Inf"} 2
+reaper_node_cpu_saturation_streak_length_seconds_count{mode="system"} 2
+reaper_node_cpu_saturation_streak_length_seconds_sum{mode="system"} 130
+reaper_node_cpu_saturation_streak_length_seconds_count{mode="user"} 0
+reaper_node_cpu_saturation_streak_length_seconds_sum{mode="user"} 0
+reaper_node_kernel_time_top_ratio{pid="77",comm="kburn",cpu="3",cgroup="/a"} 0.9
+reaper_node_kernel_function_top_ratio{cpu="3",function="clear_page_erms"} 0.6
+reaper_node_memory_cgroups{state="live"} 8
+reaper_node_memory_cgroups{state="dying"} 3000
+reaper_node_cgroup_dying_children{cgroup="/k"} 1990
+reaper_node_nic_events_total{device="eth0",kind="reset"} 1
+reaper_node_zombies 1
+reaper_node_zombies_by_cgroup{cgroup="/k/pod"} 1
+"""
+
+
 NOT_A_NUMBER = re.compile(r"\b(nan|inf)\b", re.IGNORECASE)
 
 
 def test_the_page_has_every_number_shown():
     """The control: every metric the view reads is on _page(), and the finite page shows
     each row with no unknown."""
-    from reaper.commands import stats
+    from reaper.commands import figures, stats
+    from reaper.metrics import names
 
-    source = Path(stats.__file__).read_text()
-    page = _page()
-    names = set(re.findall(r"[\"'](reaper_[a-z0-9_]+)[\"']", source))
-    missing = sorted(n for n in names if not re.search(rf"^{n}[{{ ]", page, re.MULTILINE))
+    # The names the view reads: names.X in its modules (a counter's as total(), a
+    # histogram's with its suffix), each matched as a family on the page.
+    source = "".join(Path(m.__file__).read_text() for m in (stats, figures))
+    page = _page() + NODE_PAGE
+    found = {getattr(names, c) for c in re.findall(r"\bN\.([A-Z0-9_]+)\b", source)}
+    assert len(found) > 40, found                   # the control of the control: the names were found
+    missing = sorted(n for n in found if not re.search(rf"^{n}(_total|_bucket|_sum|_count)?[{{ ]", page, re.MULTILINE))
     assert not missing, f"add them to _page(): {missing}"
     for per_core in (True, False):
         view = stats.render(_samples(_page(per_core)))
         assert " ?" not in view and not NOT_A_NUMBER.search(view), view
         assert "up 1m40s" in view and "web: up, ready, 2 starts, up 50s, last exit 1" in view, view
+    view = stats.render(_samples(NODE_PAGE))
+    assert " ?" not in view and not NOT_A_NUMBER.search(view), view
+    assert view.splitlines() == [
+        "reaper 1.0 (node)",
+        "  cores        cpu3: saturated for 40 s now, longest streak 95 s in the window",
+        "               ended streaks by the mode that dominated them: system 2 (2m10s in all)",
+        "  functions    cpu3: clear_page_erms 60%",
+        "  culprits     kburn (pid 77, 90% of cpu3, cgroup /a)",
+        "  memory       memory cgroups: live 8, dying 3,000",
+        "               dying ones held below: /k (1,990)",
+        "  nic          events: eth0 reset 1",
+        "  zombies      1 on the host; by cgroup: /k/pod 1"], view
 
 
 def _samples(text: str) -> list:
@@ -303,7 +344,7 @@ def test_a_page_of_non_finite_numbers_shows_them_as_unknown(tmp_path, value):
     assert not NOT_A_NUMBER.search(view), view
     # reaper_cgroup_pids_available is a flag: not set when it is not a number.
     assert not [ln for ln in view.splitlines() if ln.split()[:1] == ["pids"]], view
-    assert "  self         CPU ?, RSS ? MiB" in view, view
+    assert "  self         reaper's own CPU ?, resident memory ? MiB" in view, view
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=["NaN", "+Inf", "-Inf"])
@@ -316,6 +357,10 @@ def test_each_number_alone_not_finite_is_unknown(value, per_core):
     samples = _samples(_page(per_core))
     for i, s in enumerate(samples):
         view = stats.render([*samples[:i], s._replace(value=value), *samples[i + 1:]])
+        assert not NOT_A_NUMBER.search(view), (s.name, s.labels, view)
+    node = _samples(NODE_PAGE)
+    for i, s in enumerate(node):
+        view = stats.render([*node[:i], s._replace(value=value), *node[i + 1:]])
         assert not NOT_A_NUMBER.search(view), (s.name, s.labels, view)
     start = [s._replace(value=value) if s.name == "reaper_start_time_seconds" else s for s in samples]
     assert ", up ?" in stats.render(start).splitlines()[0]
@@ -334,7 +379,7 @@ def test_a_bucket_bound_that_is_not_a_number_is_unknown(tmp_path):
     f.write_text(_page().replace('le="0.01"', 'le="abc"'))
     out = _stats("--file", str(f))
     assert out.returncode == 0 and out.stderr == b"", out
-    assert "p50 <= ?, p99 <= ? over 3 reaps" in out.stdout.decode(), out.stdout
+    assert "half within ?, 99% within ? (3 reaps)" in out.stdout.decode(), out.stdout
 
 
 # --- labels and size ---------------------------------------------------------------------

@@ -32,3 +32,14 @@ def test_every_module_has_a_row_and_every_row_a_module():
 def test_the_rows_name_test_files_that_exist():
     missing = {f for files in _rows().values() for f in files if not (TESTS / f).is_file()}
     assert not missing, f"tests/README.md names test files that do not exist: {sorted(missing)}"
+
+
+def test_every_package_of_reaper_is_in_the_distribution():
+    """pyproject.toml lists the packages a wheel carries; an editable install finds any
+    directory, so a new subpackage missing from the list passes here and breaks every
+    install from the wheel or the sdist."""
+    root = TESTS.parent                               # the source tree (a checkout, an unpacked sdist)
+    line = re.search(r"^packages = \[(.*)\]$", (root / "pyproject.toml").read_text(), re.M)
+    listed = set(re.findall(r'"([\w.]+)"', line.group(1)))
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "reaper").rglob("__init__.py")}
+    assert len(found) > 5 and found == listed

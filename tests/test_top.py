@@ -84,7 +84,7 @@ def test_top_in_a_terminal_shows_the_stray_and_the_zombie_and_quits_on_q(reaper,
     lines = screen.splitlines()
     assert len(lines) <= 24 and max(len(ln) for ln in lines) <= 80
     assert lines[0].startswith("reaper ") and "(init), pid 1, up " in lines[0]
-    assert any(ln.startswith("main child  pid ") and "sleeping" in ln and ": python3 /" in ln for ln in lines), screen
+    assert any(ln.startswith("main child  pid ") and "sleeping" in ln and ": python" in ln for ln in lines), screen
     row = [ln for ln in lines if ln.split()[:1] == [stray]]
     assert row and "sleep" in row[0] and "orphan" in row[0] and "observe" in row[0], screen
     assert f"zombies     1, by parent: python3[{parent}] 1" in screen or \
@@ -226,3 +226,57 @@ def test_top_stays_responsive_against_an_endpoint_that_drips(tmp_path, tmux):
         srv.close()
         for c in conns:
             c.close()
+
+
+# --- leftovers and device holders (issue 34): counted by reaper stats, named by top ----------------
+
+MODEL = """
+import json, sys, time
+from reaper.commands.top import model
+f = model.Source(sys.argv[1], 5).frame(time.time())
+print(json.dumps({"local": f.local, "holders": f.holders, "leftovers": f.leftovers, "error": f.error}))
+"""
+
+
+def test_stats_counts_and_top_names_leftovers_and_device_holders_with_their_owner(reaper, tmp_path):
+    """reaper as PID 1 with --leftovers stop, a service whose run leaves a setsid'd rank
+    holding a device node named like a GPU: after the restart, run 1's rank is a stopped
+    leftover; the main child (a shell) and its sleep hold the device too, their owner
+    alive. reaper stats counts the leftover from the endpoint; top's model, in reaper's
+    PID namespace, names every holder with its owner."""
+    import json
+
+    from conftest import PYTHON, wait_for_file
+    import leftovers_helpers as lh
+
+    dev = lh.make_device(tmp_path)
+    svc = f"svc={PYTHON} {lh.HERE} launcher {tmp_path} rank 1.5 device={dev}"
+    r, port = start_with_metrics(reaper, ["sh", "-c", f"exec 3<{dev}; sleep 600 & wait"],
+                                 ["--leftovers", "stop", "--devices", str(tmp_path / "nvidia*"),
+                                  "--restart-delay", "0.1", "--service", svc])
+    wait_for_file(tmp_path / "run-2.prev", timeout=15)
+    rank1 = int(wait_for_file(tmp_path / "rank-1.pid", timeout=15))
+    wait_scrape(port, lambda s: s.value("reaper_leftovers_total", action="stopped") == 1
+                and s.value("reaper_leftover_device_holders", device=str(dev)) == 1, "the stopped holder counted")
+
+    out = subprocess.run([REAPER, "stats", "--url", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    row = [ln for ln in out.stdout.splitlines() if ln.startswith("  leftovers ")]
+    assert row and row[0].split(None, 1)[1].startswith(
+        f"1 process left behind by 1 ended owner (1 service): 1 stopped (SIGSTOP); "
+        f"of them holding a device now: 1 {dev}; "), out.stdout
+
+    env = {**os.environ, "REAPER_DEVICES": str(tmp_path / "nvidia*")}
+    inside = subprocess.run(["nsenter", "-t", str(r.main_child()), "-p", "-m", PYTHON, "-c", MODEL,
+                             f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30, env=env)
+    assert inside.returncode == 0, inside.stderr
+    f = json.loads(inside.stdout)
+    assert f["local"] and f["error"] == "", f
+    assert f["leftovers"].startswith("1 process left behind"), f
+    holders = {d["name"]: d for d in f["holders"]}
+    assert f["holders"][0]["pid"] == rank1 and len(f["holders"]) == 3, f
+    assert all(d["devices"] == str(dev) for d in f["holders"]), f
+    assert f["holders"][0]["state"] == "T" and f["holders"][0]["owner"] == "ended", f     # its run is gone
+    assert holders["sh"]["owner"] == "reaper (its own child)", f
+    assert holders["sleep"]["owner"] == f"sh[{holders['sh']['pid']}]" and holders["sleep"]["state"] == "S", f
+    r.kill()

@@ -75,6 +75,12 @@ def test_watch_reports_zombies_and_their_parent(namespace, tmp_path):
     s = wait_scrape(port, lambda s: s.samples("reaper_node_cpu_busiest_ratio"), "node CPU (the summary)")
     assert not [x for f in s.families.values() for x in f.samples if "cpu" in x.labels]   # no per-core series
     assert s.total("reaper_reaped_total") is None           # reaped nothing
+    # reaper stats shows only the rows a sidecar has: no reaping, main child, drain or leftovers.
+    out = subprocess.run([REAPER, "stats", "--url", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "(watch), pid " in out.stdout, out
+    titles = {ln[2:15].strip() for ln in out.stdout.splitlines()[1:]}
+    assert not titles & {"reaped", "reap latency", "main child", "drain", "leftovers"}, out.stdout
+    assert "zombies" in titles and "passed on to the main child" not in out.stdout, out.stdout
     # It reaps nothing that is not its own: the zombies are still there.
     host_watch = host_pid_below(ns.pid, arg="watch")
     host_init = proc_stat(host_watch)["ppid"]

@@ -126,6 +126,11 @@ class Actions:
         """t runs fraction of each duty period (throttle.DutyCycler), with its lineage's group."""
         self.duty.set(t.key, t.handle, fraction, now, group)
 
+    def ran_stopped(self, t: Tracked) -> float | None:
+        """The share of the time the duty cycle held t stopped that it ran all the same
+        (another process resumed it); None until enough of it was checked."""
+        return self.duty.ran_stopped(t.key)
+
     def release(self, t: Tracked, now: float) -> None:
         """t leaves the duty cycle (resumed if stopped)."""
         self.duty.release(t.key, now)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import time
 
-from reaper.budgets import dormant, hops, pulse
-from reaper.budgets.cgroupfs import read_proc_cgroup
+from reaper.budgets import dormant, hops, pulse, reaped
 from reaper.budgets.lineage import Ghost, Linker, Tracked, boot_ticks, hop_from, join, lineages, read_groups
 from reaper.budgets.strays import KNOWN
 from reaper.procctl import Gone, Handle, NotPermitted
+from reaper.procfs.cgroups import read_pid_cgroup
 from reaper.procfs.processes import ProcTable, read_stat
 
 
@@ -248,6 +248,8 @@ class Book:
             self.act.forget(t)
             if self.reaped is not None:
                 self.reaped.gone(t, self.known, self.table.procs, self.finder.reapers())
+            else:
+                reaped.carry(t, self.known, self.table.procs)
         for kind in self.kinds:
             kind.drop(t, alive)
         t.acct.leave(t)
@@ -299,7 +301,7 @@ class Book:
         a.members.clear()
         t.handle.close()
         self.regroup = True
-        self.schedule.due_age(a.since, t.key, a)
+        self.schedule.due(a.since, t.key, was=a)
 
     def remeasured(self, key, rss: int, mem: int | None) -> None:
         """A dormant stray's memory read again."""
@@ -335,7 +337,7 @@ class Book:
     def proc_cgroup(self, pid: int) -> bytes | None:
         """/proc/PID/cgroup, read once a sample."""
         if pid not in self.cgroup_data:
-            self.cgroup_data[pid] = read_proc_cgroup(pid)
+            self.cgroup_data[pid] = read_pid_cgroup(pid)
         return self.cgroup_data[pid]
 
     def leaf_owner(self, pid: int):

@@ -15,10 +15,9 @@ import fcntl
 import os
 import time
 
-from reaper.procfs.cgroups import cgroup_dir, mounts, read_cgroup_stat
+from reaper.procfs.cgroups import cgroup_dir, mounts, parse_pid_cgroup, path_in, read_cgroup_stat
 
 PREFIX = "reaper-strays."
-PROC_CGROUP_MAX = 64 << 10      # bytes of /proc/PID/cgroup read at most (one path per hierarchy)
 
 
 class Unavailable(Exception):
@@ -273,53 +272,12 @@ def mount_of(d: str, version: int, controller: str):
     return None
 
 
-def read_proc_cgroup(pid: int) -> bytes | None:
-    """/proc/PID/cgroup; None if pid is gone or it is longer than PROC_CGROUP_MAX."""
-    try:
-        fd = os.open(f"/proc/{pid}/cgroup", os.O_RDONLY)
-    except OSError:
-        return None
-    chunks, size = [], 0
-    try:
-        while size <= PROC_CGROUP_MAX:
-            b = os.read(fd, 16384)
-            if not b:
-                return b"".join(chunks)
-            chunks.append(b)
-            size += len(b)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return None
-
-
-def cgroup_path(data: bytes, version: int, controller: str) -> str | None:
-    """The cgroup path /proc/PID/cgroup (data) gives for one hierarchy (v1: the line
-    naming controller; v2: the 0:: line); None if no line names it, or more than one."""
-    found = []
-    for line in data.split(b"\n"):
-        parts = line.split(b":", 2)
-        if len(parts) != 3:
-            continue
-        ident, ctrls, path = parts
-        if version == 2:
-            ok = ident == b"0" and ctrls == b""
-        else:
-            ok = controller.encode() in ctrls.split(b",")
-        if ok:
-            found.append(path)
-    if len(found) != 1 or not found[0].startswith(b"/"):
-        return None
-    return os.fsdecode(found[0])
-
-
 def dir_in(data: bytes | None, mount, version: int, controller: str) -> str | None:
     """The directory, under mount, of the cgroup data (/proc/PID/cgroup) names for one
     hierarchy; None where that cannot be told (unreadable, ambiguous, out of view)."""
     if data is None or mount is None:
         return None
-    path = cgroup_path(data, version, controller)
+    path = path_in(parse_pid_cgroup(data), version, controller)
     if path is None or "\0" in path:
         return None
     return cgroup_dir(mount, path)

@@ -13,7 +13,10 @@ cgroup from then on (Kind.give_up: the duty cycle for CPU, the sample's judgemen
 for memory). A lineage alone in a cgroup that used more CPU than its quota allows
 over a whole sample (a thread moved out through cgroup v1's tasks file, a rewritten
 quota: what /proc/PID/cgroup does not show) is put back and its quota written again,
-and that counts as an escape too.
+and that counts as an escape too. A kind may hold a lineage that escaped otherwise as
+well, while it keeps leaving (Kind.escaped: the CPU budget duty-cycles it on top of its
+cgroup for a window), so that leaving gains it at most the one interval before the
+sample that finds it.
 """
 from __future__ import annotations
 
@@ -57,7 +60,8 @@ def _hold(book, act, prev_sample, a, kind, d: str, now: float) -> None:
             continue
         moved = True
         if escaped:
-            escape(act, a, t, kind, f"left its {kind.reason} cgroup {d} (found in {where or 'a cgroup out of view'})")
+            escape(act, a, t, kind, f"left its {kind.reason} cgroup {d} (found in {where or 'a cgroup out of view'})",
+                   now)
     settled = a.settled.get(kind.reason)
     if moved or kind.leaf_of(a) != d:
         a.settled.pop(kind.reason, None)
@@ -71,7 +75,7 @@ def _hold(book, act, prev_sample, a, kind, d: str, now: float) -> None:
             kind.reassert(a)
             t = a.first()
             if t is not None:
-                escape(act, a, t, kind, why)
+                escape(act, a, t, kind, why, now)
             a.settled.pop(kind.reason, None)
             return
     a.settled.setdefault(kind.reason, now)
@@ -93,11 +97,12 @@ def _put_back(act, a, t, kind, d: str) -> bool:
     return True
 
 
-def escape(act, a, t, kind, detail: str) -> None:
+def escape(act, a, t, kind, detail: str, now: float) -> None:
     """A member of a was found outside its cgroup: counted, said once, and past
     ESCAPES_MAX the lineage is held without that cgroup."""
     n = a.escapes[kind.reason] = a.escapes.get(kind.reason, 0) + 1
     act.escaped()
+    kind.escaped(a, now)
     if n == 1:
         act.log.warn(f"{who(t)} {detail}: moved back")
     else:

@@ -179,6 +179,16 @@ class Account:
         """The member that names the lineage in a log line: its oldest live one."""
         return next(iter(self.members.values()), None)
 
+    def busiest(self):
+        """The member that used the most CPU between its last two reads (the one a warning
+        names: the lineage's work may be done by any member); its oldest if none was read twice."""
+        best, most = self.first(), -1.0
+        for t in self.members.values():
+            r = t.own_rate()
+            if r is not None and r > most:
+                best, most = t, r
+        return best
+
     def leave(self, t) -> None:
         """t is no longer a member: what it used stays counted."""
         if self.members.pop(t.key, None) is not None and t.last_cpu is not None:
@@ -193,7 +203,7 @@ class Tracked:
     __slots__ = ("key", "handle", "comm", "cmdline", "reason", "groups", "newborn", "acct", "use", "base",
                  "last_cpu", "read_at", "prev", "action", "refused", "niced", "pinned", "cycled", "term_at",
                  "term_reason", "killed", "placed", "read_boot", "seen_boot", "seen_before", "tail_counted",
-                 "pred", "ppid", "carried", "read_seq", "rss", "row")
+                 "pred", "ppid", "carried", "waited_at", "waited0", "read_seq", "rss", "row")
 
     def __init__(self, key, stray, handle, now: float, on: list, acct: "Account | None" = None,
                  groups: tuple | None = None, newborn: bool = False) -> None:
@@ -226,7 +236,9 @@ class Tracked:
         self.tail_counted = False        # the CPU its descendants burnt unseen was estimated once
         self.pred: "Tracked" | None = None       # the member gone before it was born: hops.count_unseen
         self.ppid = stray.ppid           # its parent at the last sample: who reaps it (reaped.py)
-        self.carried = 0.0               # CPU read of the members it reaped (reaped.py)
+        self.carried = 0.0               # CPU counted of what it reaped: members read, the rest (reaped.py)
+        self.waited_at: float | None = None      # CPU of the children it waited for (cutime+cstime), last read
+        self.waited0: tuple | None = None        # (waited_at, carried) at its first read: reaped.waited
         self.read_seq = 0                # the enforcer's sample that read it last (0: never)
         self.rss: int | None = None      # its RSS at that read: private memory is read again when it moves
         self.row: dict | None = None     # its entry in the stray list (Stats.stray_list)

@@ -23,23 +23,31 @@ directory (/proc/PID/cwd): in ``reaper watch`` Ray is usually installed in anoth
 container of the pod, which the sidecar sees only there. The file found must be
 the very file the process runs (same device and inode as /proc/PID/exe).
 
-Results are kept per (pid, start time, command line): an exec or a new title
-asks again.
+Results are kept per (pid, start time) until the process execs (its argv's
+address, which only an exec changes, in /proc/PID/stat): a new name or title
+(prctl, setproctitle) is not judged again. A not-Ray's verdict the strays' finder
+drops (budgets/strays.py keeps its own) is still kept here when it was costly.
 
 Every path read here is one the process controls (its root, its cwd, its
 executable's and script's directories, a dist-info beside them): files are read
-only through read_regular (regular files, bounded), and the whole judgement runs
-off the loop under a deadline (procfs/offloop.py): a process whose files do not
-answer in CLASSIFY_TIMEOUT (a hung FUSE or NFS mount under its root) is judged not
-Ray's, and PID 1 never waits longer for it.
+only through read_regular (regular files, bounded); a path is walked a component at
+a time inside the process's root, at most MAX_STEPS components and MAX_LINKS
+symlinks (a deeper path is none of Ray's); and the whole judgement runs off the loop
+under a deadline (procfs/offloop.py), which the walk checks between its steps. A
+process whose files do not answer in CLASSIFY_TIMEOUT (a hung FUSE or NFS mount
+under its root), or whose judgement waits for a checker held that way, is UNDECIDED:
+neither Ray's nor a stray, never acted upon, asked again at the next scan; PID 1
+never waits longer for it.
 """
 from __future__ import annotations
 
 import io
 import os
+import time
 
 from reaper.procfs.files import read_regular
-from reaper.procfs.offloop import Late, OffLoop
+from reaper.procfs.offloop import Late, OffLoop, check
+from reaper.procfs.processes import stat_fields
 
 RAYLET = "core/src/ray/raylet/raylet"
 GCS_SERVER = "core/src/ray/gcs/gcs_server"
@@ -49,7 +57,14 @@ MAX_RECORD = 8 << 20           # bytes: ray's own RECORD is about 1 MB
 # The interpreter's options that take a value (CPython's -W, -X, --check-hash-based-pycs).
 _TAKES_VALUE = ("W", "X")
 MAX_LINKS = 40
+# Components walked in one path, those its links add included: Ray's own paths take
+# about 10 to 30; a longer one is none of Ray's (and each step costs a kernel walk).
+MAX_STEPS = 128
+MAX_SITES = 16                 # lib*/python* directories of a prefix looked into
+MAX_ROWS = 8                   # RECORD rows naming a `ray` script resolved
 CLASSIFY_TIMEOUT = 0.5         # seconds the loop waits for one process's files (a few ms when they answer)
+COSTLY = 0.001                 # CPU seconds: a judgement that cost more is kept whatever the finder drops
+UNDECIDED = "undecided"        # kind(): not judged yet (its files or the checkers did not answer)
 
 
 def python_exe(name: str) -> bool:
@@ -86,37 +101,49 @@ def local_package() -> str | None:
     return os.path.realpath(os.path.dirname(spec.origin))
 
 
-def resolve_in(root: str, path: str, cwd: str = "/") -> str | None:
+def resolve_in(root: str, path: str, cwd: str = "/", deadline: float = float("inf")) -> str | None:
     """path as the process whose root directory is `root` sees it, symlinks resolved
-    inside that root; the result is absolute within the root. None if it does not resolve."""
+    inside that root; the result is absolute within the root. None if it does not resolve,
+    or takes more than MAX_STEPS components or MAX_LINKS links; Late past deadline."""
     if not path:
         return None
-    todo = [p for p in (path if path.startswith("/") else cwd.rstrip("/") + "/" + path).split("/") if p]
+    todo = _parts(path if path.startswith("/") else cwd.rstrip("/") + "/" + path)
     done: list = []
-    links = 0
+    links = steps = 0
     while todo:
-        part = todo.pop(0)
+        part = todo.pop()
+        steps += 1
+        if steps > MAX_STEPS:
+            return None
+        check(deadline)
         if part == ".":
             continue
         if part == "..":
             if done:
                 done.pop()
             continue
-        here = root + "/" + "/".join(done + [part])
+        done.append(part)
         try:
-            target = os.readlink(here)
+            target = os.readlink(root + "/" + "/".join(done))
         except OSError as e:
             if e.errno == 22:           # EINVAL: not a symlink
-                done.append(part)
                 continue
-            return None                 # missing or unreadable
+            return None                 # missing, unreadable, or longer than PATH_MAX
+        done.pop()
         links += 1
         if links > MAX_LINKS:
             return None
         if target.startswith("/"):
             done = []
-        todo = [p for p in target.split("/") if p] + todo
+        todo += _parts(target)
     return "/" + "/".join(done)
+
+
+def _parts(path: str) -> list:
+    """path's components, last first: resolve_in's stack (a path is at most 8 KB)."""
+    parts = [p for p in path.split("/") if p]
+    parts.reverse()
+    return parts
 
 
 def python_script(argv: list) -> tuple:
@@ -158,34 +185,66 @@ class RayProcesses:
     def __init__(self, proc: str = "/proc") -> None:
         self.proc = proc
         self.local = local_package()
-        self.cache: dict = {}           # (pid, start) -> (cmdline, kind)
+        self.cache: dict = {}           # (pid, start) -> (exec id, kind)
+        self.costly: dict = {}          # the same, for judgements that took COSTLY or more
         self._packages: dict = {}       # (root id, dir) -> bool: an installed ray package
         self.files = OffLoop(CLASSIFY_TIMEOUT)
-        self.late: list = []            # pids judged not Ray's because their files did not answer
+        self.late: list = []            # pids left UNDECIDED because their files or the checkers did not answer
 
     def prune(self, alive) -> None:
         """Forgets processes no longer in the table (alive: the (pid, start) keys)."""
-        for key in [k for k in self.cache if k not in alive]:
-            del self.cache[key]
+        for kept in (self.cache, self.costly):
+            for key in [k for k in kept if k not in alive]:
+                del kept[key]
         if len(self._packages) > 256:
             self._packages.clear()
 
     def kind(self, pid: int, start: int, cmdline: bytes | None = None) -> str | None:
-        """'raylet', 'gcs_server', 'daemon' or 'ray_start' for Ray's own processes; None otherwise."""
+        """'raylet', 'gcs_server', 'daemon' or 'ray_start' for Ray's own processes; None
+        otherwise; UNDECIDED when it could not be told in time (asked again next time)."""
+        key = (pid, start)
+        hit = self.cache.get(key) or self.costly.get(key)
+        if hit is not None:
+            if hit[0] == self._exec_id(pid, cmdline):
+                return hit[1]
+            self.costly.pop(key, None)  # it exec'd: judged afresh
         if cmdline is None:
             cmdline = self._cmdline(pid)
-        hit = self.cache.get((pid, start))
-        if hit is not None and hit[0] == cmdline:
-            return hit[1]
+        cost = []
         try:
-            k = self.files.run(self._classify, pid, cmdline)
-        except Late:     # kept as not Ray's: asking again would leave one more thread stuck
-            k = None
+            k = self.files.run(self._timed, cost, pid, cmdline, self.files.deadline())
+        except Late:     # undecided, never a verdict: not Ray's would let budgets act on Ray's own
             self.late = [*self.late[-7:], pid]
+            return UNDECIDED
         except (OSError, ValueError):   # ValueError: a NUL or surrogate in a path it chose
             k = None
-        self.cache[(pid, start)] = (cmdline, k)
+        verdict = (self._exec_id(pid, cmdline), k)
+        self.cache[key] = verdict
+        if cost and cost[0] >= COSTLY:
+            self.costly[key] = verdict
         return k
+
+    def _timed(self, cost: list, pid: int, cmdline: bytes, deadline: float) -> str | None:
+        """_classify, its CPU time put in cost (the worker's own: neither waits nor load count)."""
+        began = time.thread_time()
+        try:
+            return self._classify(pid, cmdline, deadline)
+        finally:
+            cost.append(time.thread_time() - began)
+
+    def _exec_id(self, pid: int, cmdline: bytes | None) -> object:
+        """What changes when pid execs and not when it renames itself: the address of its
+        argv (/proc/PID/stat's arg_start: only an exec, or CAP_SYS_RESOURCE, moves it).
+        Where it reads as 0 (another user's process, reaper without ptrace rights over
+        it) or not at all: the command line, as before."""
+        st = stat_fields(pid, self.proc)
+        try:
+            arg_start = int(st[1][45])  # field 48, counted from the state (field 3)
+        except (TypeError, IndexError, ValueError):
+            arg_start = 0
+        if arg_start:
+            return arg_start
+        return self._cmdline(pid) if cmdline is None else cmdline
 
     def _cmdline(self, pid: int) -> bytes:
         try:
@@ -194,7 +253,7 @@ class RayProcesses:
         except OSError:
             return b""
 
-    def _classify(self, pid: int, cmdline: bytes) -> str | None:
+    def _classify(self, pid: int, cmdline: bytes, deadline: float) -> str | None:
         # Reads of paths the process controls, all here and below (off the loop):
         # readlink and stat of /proc/PID/exe and /proc/PID/cwd; readlink of each step
         # of a path inside /proc/PID/root (resolve_in); stat of that root and of the
@@ -206,7 +265,7 @@ class RayProcesses:
         if exe.endswith(" (deleted)"):
             return None
         root = f"{base}/root"
-        real_exe = resolve_in(root, exe)
+        real_exe = resolve_in(root, exe, "/", deadline)
         if real_exe is None:
             return None
         st = os.stat(f"{base}/exe")
@@ -229,18 +288,18 @@ class RayProcesses:
             parts = arg.split(".")
             if parts[0] != "ray" or len(parts) < 2 or not all(p.isidentifier() for p in parts):
                 return None
-            for pkg in self._packages_for(root, real_exe):
+            for pkg in self._packages_for(root, real_exe, deadline):
                 for cand in ("/".join(parts[1:]) + ".py", "/".join(parts[1:]) + "/__main__.py"):
                     if os.path.isfile(f"{root}{pkg}/{cand}") and cand.startswith(DAEMON_DIRS):
                         return "daemon"
             return None
-        script = resolve_in(root, arg, cwd)
+        script = resolve_in(root, arg, cwd, deadline)
         if script is None or not os.path.isfile(root + script):
             return None
         rel = self._in_package(root, script)
         if rel is not None:
             return "daemon" if rel.endswith(".py") and rel.startswith(DAEMON_DIRS) else None
-        if os.path.basename(script) == "ray" and self._is_launcher(root, script, real_exe):
+        if os.path.basename(script) == "ray" and self._is_launcher(root, script, real_exe, deadline):
             return "ray_start"
         return None
 
@@ -273,7 +332,7 @@ class RayProcesses:
                     return "/".join(parts[i + 1:])
         return None
 
-    def _packages_for(self, root: str, exe: str) -> list:
+    def _packages_for(self, root: str, exe: str, deadline: float) -> list:
         """Installed ray packages an interpreter would import: beside it (its prefix's
         lib*/pythonX.Y/{site,dist}-packages), and reaper's own when the root is ours."""
         out = []
@@ -283,12 +342,12 @@ class RayProcesses:
                 names = os.listdir(f"{root}{prefix}/{lib}")
             except OSError:
                 continue
-            for n in names:
-                if n.startswith("python"):
-                    for sub in ("site-packages", "dist-packages"):
-                        d = f"{prefix}/{lib}/{n}/{sub}/ray".replace("//", "/")
-                        if self._is_package(root, d):
-                            out.append(d)
+            for n in [n for n in names if n.startswith("python")][:MAX_SITES]:
+                check(deadline)
+                for sub in ("site-packages", "dist-packages"):
+                    d = f"{prefix}/{lib}/{n}/{sub}/ray".replace("//", "/")
+                    if self._is_package(root, d):
+                        out.append(d)
         for d in ("/usr/lib/python3/dist-packages/ray",):
             if self._is_package(root, d) and d not in out:
                 out.append(d)
@@ -297,13 +356,13 @@ class RayProcesses:
             out.append(self.local)
         return out
 
-    def _is_launcher(self, root: str, script: str, exe: str) -> bool:
+    def _is_launcher(self, root: str, script: str, exe: str, deadline: float) -> bool:
         """script is the `ray` console script pip installed with a ray package: listed
         in that distribution's RECORD, with the content RECORD hashes (a hash is required). The package is
         one the interpreter would import or one beside the script (a virtualenv's bin/
         runs the base interpreter, whose prefix is not the venv's)."""
-        for pkg in {*self._packages_for(root, exe), *self._packages_for(root, script)}:
-            want = self._launchers(root, os.path.dirname(pkg)).get(script)
+        for pkg in {*self._packages_for(root, exe, deadline), *self._packages_for(root, script, deadline)}:
+            want = self._launchers(root, os.path.dirname(pkg), deadline).get(script)
             if want is None:
                 continue
             try:     # the stray's own file: a regular one, bounded (procfs.files)
@@ -315,7 +374,7 @@ class RayProcesses:
             return want != "" and want == _record_hash(data)
         return False
 
-    def _launchers(self, root: str, site: str) -> dict:
+    def _launchers(self, root: str, site: str, deadline: float) -> dict:
         """Files that the ray distributions in site install outside it (their console
         scripts): resolved path -> RECORD's sha256 ('' where it gives none: pip always
         gives one, and a site beside the script may be anybody's, so none is no match)."""
@@ -330,17 +389,23 @@ class RayProcesses:
                 names = []
             import csv
 
-            for n in names:
+            for n in names[:MAX_SITES]:
+                check(deadline)
                 try:     # a site beside the script may be anybody's: a bad RECORD (a FIFO,
                          # /dev/zero, too large, not csv) is no RECORD, and never blocks reaper
                     data = read_regular(f"{root}{site}/{n}/RECORD", MAX_RECORD)
-                    rows = list(csv.reader(io.StringIO(data.decode("utf-8", errors="replace"))))
+                    rows = []
+                    for i, row in enumerate(csv.reader(io.StringIO(data.decode("utf-8", errors="replace")))):
+                        if i % 4096 == 0:
+                            check(deadline)     # 8 MB of csv take about a second
+                        if row and row[0].startswith("../") and os.path.basename(row[0]) == "ray":
+                            rows.append(row)
+                except Late:
+                    raise
                 except (OSError, csv.Error):
                     continue
-                for row in rows:
-                    if not row or not row[0].startswith("../") or os.path.basename(row[0]) != "ray":
-                        continue
-                    path = resolve_in(root, os.path.normpath(f"{site}/{row[0]}"))
+                for row in rows[:MAX_ROWS]:
+                    path = resolve_in(root, os.path.normpath(f"{site}/{row[0]}"), "/", deadline)
                     if path is not None:
                         digest = row[1] if len(row) > 1 else ""
                         hit[path] = digest[len("sha256="):] if digest.startswith("sha256=") else ""

@@ -16,7 +16,7 @@ stray's alone and nothing it shows moves (issue 33.3; cow_due).
 """
 from __future__ import annotations
 
-from reaper.budgets import hops, pulse
+from reaper.budgets import hops, pulse, reaped
 from reaper.procctl import Gone, Handle, NotPermitted
 from reaper.procfs.processes import CLK_TCK, read_counters
 
@@ -97,18 +97,20 @@ class Reader:
                 if t.read_seq == 0 and tracked.get(t.key) is t:
                     self.read(t.key, t, now)           # new since the last sample
             awake = schedule.awake
-            for key in schedule.due(now):
+            for key in schedule.due_now(now):
                 t = tracked.get(key)
                 if t is not None and t.read_seq != seq and id(t.acct) not in awake:
                     self.read(key, t, now)
         schedule.take_fresh()
         self.count_reaped(rescanned)
         book.regrouped()
-        schedule.wake_aged(now)
+        schedule.wake_due(now)
         cfg = self.cfg
         for a in list(schedule.awake.values()):
             if not a.members:
                 continue
+            if all(t.read_seq == seq for t in a.members.values()):
+                self.count_waited(a)
             stopped = a.duty.stopped(now) if a.duty is not None else 0.0
             a.use.add(now, a.cpu(), now - a.since - stopped, cfg.budget_window, cfg.budget_interval)
 
@@ -154,7 +156,11 @@ class Reader:
             t.prev = (t.read_at, t.last_cpu)
         used = max(0.0, cpu - t.last_cpu)
         self.stats.stray_cpu_seconds += used
-        moved = cpu != t.last_cpu or c.state == "R"
+        waited = c.reaped / CLK_TCK
+        moved = cpu != t.last_cpu or c.state == "R" or waited != t.waited_at
+        t.waited_at = waited
+        if t.waited0 is None:
+            t.waited0 = (waited, t.carried)     # what it reaped before its first read is not counted
         t.last_cpu, t.read_at, t.read_boot = cpu, now, self.book.boot
         if t.pred is not None:
             hops.count_unseen(self.stats, t, self.reaped is None)
@@ -178,6 +184,16 @@ class Reader:
             self.cow_seq, self.cow_bytes = seq, 0
         self.cow_bytes += t.rss or 0
         return (seq + t.key[0]) % self.cow_period == 0
+
+    def count_waited(self, a) -> None:
+        """The CPU of the children a's members waited for that no read counted (reaped.waited),
+        in a's CPU and the stats. Every member was read at this sample: a child found gone
+        is carried to its parent in the same sample as the parent's cutime is read."""
+        for t in a.members.values():
+            unseen = reaped.waited(t)
+            if unseen:
+                a.gone_cpu += unseen
+                self.stats.stray_cpu_seconds += unseen
 
     def read_dormant(self, now: float) -> None:
         """One read of every dormant stray: one whose CPU moved (or that runs) is tracked

@@ -10,7 +10,12 @@ for, a stray gone before it could be pinned. ReapedCPU counts that difference in
 stray_cpu_seconds as it grows, never twice.
 
 What a member that reaper does not reap was read of goes to the stray that reaps it
-(its parent), and counts when that one is reaped. Reaper's children that are not
+(its parent, carry), and counts when that one is reaped. A lineage's CPU includes what
+its members reaped (waited): the children a member waits for (a shell loop, make,
+xargs, a fork-per-job worker) are counted from its cutime+cstime as they grow, less
+what was read of those that were members (carried): a child read once, or never,
+counts all the same, its last moments too; what a member reaped before its first read
+is not counted. Reaper's children that are not
 strays (an orphaned raylet, a --protect'ed orphan; the main child and the services are
 reaped as events and never in the total) are read each sample, one stat each, and what
 was read of them is taken off: only their last interval would be counted as a stray's.
@@ -38,18 +43,8 @@ class ReapedCPU:
         members it reaped) is in the total if reaper reaped it, or its parent was gone
         too (t was re-parented to reaper, or its CPU went to a parent reaper reaps);
         a parent stray that lives keeps it until it goes in turn."""
-        cpu = (t.last_cpu or 0.0) + t.carried
-        if t.ppid in reapers:
-            self.read += cpu
-            return
-        parent = procs.get(t.ppid)
-        if parent is None:
-            self.read += cpu
-            return
-        p = tracked.get((parent.pid, parent.start))
-        if p is not None:
-            p.carried += cpu
-        # else: reaped by a process that is not a stray (a Ray worker): never in the total.
+        if t.ppid in reapers or not carry(t, tracked, procs):
+            self.read += (t.last_cpu or 0.0) + t.carried
 
     def read_others(self, table, reaper: int, strays, kept, rescan: bool = True) -> None:
         """One stat of each of reaper's children that is neither a stray nor kept (the
@@ -83,6 +78,35 @@ class ReapedCPU:
             return 0.0
         new, self.counted = unseen - self.counted, unseen
         return new
+
+
+def carry(t, tracked: dict, procs: dict) -> bool:
+    """Gone member t's CPU as counted (its own, and what it reaped) goes to its parent if
+    that lives (its reaper: its cutime grows by it, waited); False if its parent is gone
+    (t was re-parented to reaper). A parent that is not a stray (a Ray worker) keeps none."""
+    parent = procs.get(t.ppid)
+    if parent is None:
+        return False
+    p = tracked.get((parent.pid, parent.start))
+    if p is not None:
+        p.carried += (t.last_cpu or 0.0) + t.carried
+    return True
+
+
+def waited(t) -> float:
+    """The CPU seconds of the children member t waited for that were not counted yet:
+    its cutime+cstime grown since its first read, less what was counted of them
+    (carried: the members among them, as read; what this counted before). Counted into
+    carried, so never twice; called when every member of its lineage was read at this
+    sample (a child found gone and its parent's cutime are then read together)."""
+    if t.waited0 is None or t.waited_at is None:
+        return 0.0
+    cut0, carried0 = t.waited0
+    unseen = (t.waited_at - cut0) - (t.carried - carried0)
+    if unseen <= 0:
+        return 0.0
+    t.carried += unseen
+    return unseen
 
 
 def of(scope, stats) -> ReapedCPU | None:

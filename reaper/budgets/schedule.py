@@ -6,7 +6,8 @@ terminated by nothing (no kind busy with it: Kind.busy), rests: its members are 
 again at a sweep (pulse.py: the cgroup's CPU says something nobody read ran) or by
 pulse.QUIET_MAX, and one that is plain sleeps as a dormant record (Book.sleep_small).
 /proc is listed when a pid was handed out, after an exec, and every pulse.SCAN_EVERY
-seconds. --stray-max-age wakes a sleeping lineage when it comes due (age_due).
+seconds. A kind with a timer (Kind.due: --stray-max-age's) wakes a sleeping lineage
+when it comes due (timers).
 
 Schedule is the only writer of what it holds; the sample's Sample view (enforcer.py)
 asks it for the lineages the kinds judge.
@@ -36,9 +37,10 @@ class Schedule:
         self.swept = True                        # this sample reads every stray
         self.awake: dict = {}                    # id(account) -> account: its members read every sample
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
-        self.age_due: list = []                  # heap of [since + max age, n, account or dormant key]
-        self.aging: dict = {}                    # lineage (its root, or dormant key) -> its one entry
-        self.age_n = 0                           # tie-breaker of age_due's entries
+        # (kind, heap of [when due, n, account or dormant key], lineage -> its one entry) of
+        # each kind with a timer (Kind.due): one entry per lineage however often it sleeps
+        self.timers = [(kind, [], {}) for kind in kinds if kind.timed]
+        self.due_n = 0                           # tie-breaker of the timers' entries
         self.fresh: list = []                    # strays tracked since the last sample: read at once
         self.judge_all = any(kind.judges_all() for kind in kinds)   # a budget of all strays together
 
@@ -104,7 +106,7 @@ class Schedule:
         """Sleeping stray key is read by due at the latest."""
         self.resting.append((due, key))
 
-    def due(self, now: float) -> list:
+    def due_now(self, now: float) -> list:
         """The sleeping strays due to be read (taken off the queue)."""
         q, out = self.resting, []
         while q and q[0][0] <= now:
@@ -122,62 +124,60 @@ class Schedule:
                               f"({self.pulse.file or 'not readable: at every sample'}), "
                               f"or every {pulse.QUIET_MAX:g}s", "debug")
 
-    def due_age(self, since: float, what, was=None) -> None:
-        """what (an account, or a dormant stray's key) is judged when past --stray-max-age.
-        One entry per lineage however often it falls asleep (a lineage that naps every
-        few seconds for a week must not push one each time): a lineage queued already
-        has its entry point at what it is now; was: the account a dormant stray slept
-        from (its entry is the stray's now)."""
-        limit = self.cfg.stray_max_age
-        if limit is None:
-            return
+    def due(self, since: float, what, now: float | None = None, was=None) -> None:
+        """what (an account, or a dormant stray's key), first seen at since, is judged when
+        each timed kind says (Kind.due); at now, by those not due yet. One entry per
+        lineage and timer however often it falls asleep (a lineage that naps every few
+        seconds for a week must not push one each time, issue 33.7): a lineage queued
+        already has its entry point at what it is now; was: the account a dormant stray
+        slept from (its entry is the stray's now)."""
         ident = _lineage(what)
-        e = self.aging.get(ident)
-        if e is None and was is not None and was is not what:
-            e = self.aging.get(_lineage(was))
-            if e is not None and e[2] is was:
-                del self.aging[_lineage(was)]
-            else:
-                e = None
-        if e is not None:
-            e[2] = what
-            self.aging[ident] = e
-            return
-        self.age_n += 1
-        e = [since + limit, self.age_n, what]
-        heappush(self.age_due, e)
-        self.aging[ident] = e
+        for kind, h, queued in self.timers:
+            e = queued.get(ident)
+            if e is None and was is not None and was is not what:
+                e = queued.get(_lineage(was))
+                if e is not None and e[2] is was:
+                    del queued[_lineage(was)]
+                else:
+                    e = None
+            if e is not None:
+                e[2] = what
+                queued[ident] = e
+            elif now is None or not kind.past_due(since, now):
+                self.due_n += 1
+                e = [kind.due(since), self.due_n, what]
+                heappush(h, e)
+                queued[ident] = e
 
-    def _prune_aged(self) -> None:
-        """The entries of lineages gone before their age came are let go, once they are
-        most of the heap (wake_aged): it stays within twice the strays known."""
-        dormant_ = self.book.dormant
-        keep = [e for e in self.age_due if self.aging.get(_lineage(e[2])) is e
-                and (e[2] in dormant_ if isinstance(e[2], tuple) else bool(e[2].members))]
-        self.aging = {_lineage(e[2]): e for e in keep}
-        heapify(keep)
-        self.age_due = keep
-
-    def wake_aged(self, now: float) -> None:
-        """The sleeping lineages past --stray-max-age (or about to be): judged now."""
-        limit = self.cfg.stray_max_age
-        if limit is None:
-            return
+    def _prune_timers(self) -> None:
+        """The entries of lineages gone before they came due are let go, once they are
+        most of a heap (wake_due): each stays within twice the strays known."""
         book = self.book
-        if len(self.age_due) > 2 * (len(book.tracked) + len(book.dormant)) + AGE_SLACK:
-            self._prune_aged()
-        h = self.age_due
-        while h and h[0][0] <= now + self.cfg.budget_interval:
-            e = heappop(h)
-            a = e[2]
-            if self.aging.get(_lineage(a)) is e:
-                del self.aging[_lineage(a)]
-            if isinstance(a, tuple):
-                if a not in self.book.dormant:
-                    continue
-                a = self.book.thaw(a, "past --stray-max-age").acct
-            if a.members:
-                self.wake(a)
+        limit = 2 * (len(book.tracked) + len(book.dormant)) + AGE_SLACK
+        for i, (kind, h, queued) in enumerate(self.timers):
+            if len(h) <= limit:
+                continue
+            keep = [e for e in h if queued.get(_lineage(e[2])) is e
+                    and (e[2] in book.dormant if isinstance(e[2], tuple) else bool(e[2].members))]
+            heapify(keep)
+            self.timers[i] = (kind, keep, {_lineage(e[2]): e for e in keep})
+
+    def wake_due(self, now: float) -> None:
+        """The sleeping lineages a timed kind must judge now (or about to): woken."""
+        self._prune_timers()
+        soon = now + self.cfg.budget_interval
+        for kind, h, queued in self.timers:
+            while h and h[0][0] <= soon:
+                e = heappop(h)
+                a = e[2]
+                if queued.get(_lineage(a)) is e:
+                    del queued[_lineage(a)]
+                if isinstance(a, tuple):
+                    if a not in self.book.dormant:
+                        continue
+                    a = self.book.thaw(a, kind.due_why).acct
+                if a.members:
+                    self.wake(a)
 
     def rest(self, now: float) -> None:
         """The awake lineages that have not moved for a whole window, are past their
@@ -201,15 +201,16 @@ class Schedule:
                 continue
             for key in a.members:
                 self.resting.append((due, key))
-            if self.cfg.stray_max_age is not None and now - a.since < self.cfg.stray_max_age:
-                self.due_age(a.since, a)
+            self.due(a.since, a, now)
 
     def _sleeping(self, a, now: float) -> bool:
         if a.use.rate != 0.0 or (self.cpus is not None and now - a.since < self.cfg.budget_grace):
             return False
-        if a.duty is not None or a.terminated() or (self.cfg.stray_max_age is not None
-                                                    and now - a.since >= self.cfg.stray_max_age):
+        if a.duty is not None or a.terminated():
             return False
+        for kind, _, _ in self.timers:
+            if kind.past_due(a.since, now):
+                return False
         for kind in self.kinds:
             if kind.busy(a):
                 return False

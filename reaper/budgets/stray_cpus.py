@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from reaper.procfs.system import read_interrupts, read_irq_affinity
 from reaper.values import parse_cpu_list
 
 
@@ -42,42 +43,27 @@ def _nic_irqs(sys_root: str = "/sys", proc: str = "/proc") -> set:
             names.append(os.path.basename(os.path.realpath(dev)) + "-")
         except OSError:
             pass
-    try:
-        with open(f"{proc}/interrupts") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return irqs
-    for line in lines[1:]:
-        head, _, rest = line.partition(":")
-        fields = rest.split()
-        if not head.strip().isdigit() or not fields:
-            continue
-        label = fields[-1]
-        if any(label == n or (n.endswith("-") and label.startswith(n)) for n in names):
-            irqs.add(int(head))
+    _, lines = read_interrupts(proc) or ((), ())
+    for line in lines:
+        label = line.name
+        if line.irq.isdigit() and label and \
+                any(label == n or (n.endswith("-") and label.startswith(n)) for n in names):
+            irqs.add(int(line.irq))
     return irqs
 
 
 def _serving_cpus(irqs: set, proc: str = "/proc") -> set:
     cpus: set = set()
-    counts = {}
-    try:
-        with open(f"{proc}/interrupts") as f:
-            lines = f.read().splitlines()
-        ncpu = len(lines[0].split())
-        for line in lines[1:]:
-            head, _, rest = line.partition(":")
-            if head.strip().isdigit():
-                counts[int(head)] = [int(x) for x in rest.split()[:ncpu] if x.isdigit()]
-    except (OSError, IndexError):
-        pass
+    _, lines = read_interrupts(proc) or ((), ())
+    counts = {int(line.irq): line.counts for line in lines if line.irq.isdigit()}
     for irq in irqs:
-        try:
-            with open(f"{proc}/irq/{irq}/effective_affinity_list") as f:
-                cpus |= set(parse_cpu_list(f.read().strip(), present_only=False))
-            continue
-        except (OSError, ValueError):
-            pass
+        text = read_irq_affinity(irq, proc)
+        if text is not None:
+            try:
+                cpus |= set(parse_cpu_list(text, present_only=False))
+                continue
+            except ValueError:
+                pass
         cpus |= {i for i, n in enumerate(counts.get(irq, ())) if n > 0}
     return cpus
 

@@ -22,7 +22,7 @@ import sys
 import time
 from collections import namedtuple
 
-from reaper.budgets.ray import RayProcesses
+from reaper.budgets.ray import UNDECIDED, RayProcesses
 from reaper.procfs.processes import Proc, ProcTable, read_cmdline, read_comm, read_stat
 
 RAY_IDLE = "ray::IDLE"
@@ -92,12 +92,13 @@ class Finder:
             roots = [c for c in table.children.get(me, ()) if c not in kept]
         # A real raylet is named raylet (its comm comes from its executable); the
         # name only picks the candidates, the executable decides.
-        raylets = [p.pid for p in procs.values()
-                   if p.comm == "raylet" and self.ray.kind(p.pid, p.start) == "raylet"]
+        named = {p.pid: self.ray.kind(p.pid, p.start) for p in procs.values() if p.comm == "raylet"}
+        raylets = [pid for pid, k in named.items() if k == "raylet"]
         self.ray_seen = self.ray_seen or bool(raylets)
         # An orphaned raylet (`ray start` without --block, reaper watch, pause mode)
         # is not an orphan's tree: what runs below it is Ray's, judged by rule (2).
-        ray_trees = table.descendants(raylets)
+        # Nor, until told, is one whose check is UNDECIDED (ray.py).
+        ray_trees = table.descendants([pid for pid, k in named.items() if k in ("raylet", UNDECIDED)])
         for pid in table.descendants(roots):
             if pid not in ray_trees:
                 found[pid] = "orphan"
@@ -147,6 +148,8 @@ class Finder:
                         continue
                     fresh += 1
                 seen = self._judge(pid, p)
+                if seen is None:         # UNDECIDED (ray.py): no verdict, no action; asked again next scan
+                    continue
             self.judged[key] = seen
             if seen[1] is not None:
                 strays[key] = reason
@@ -168,7 +171,7 @@ class Finder:
         """(name, command line) of key, a stray seen to exec (its name is comm now), if it
         is still one; None if it is not (protected, Ray's, a zombie), or is gone."""
         seen = self._judge(key[0], Proc(key[0], 0, "S", comm, key[1]))
-        return None if seen[1] is None else (seen[2], seen[1])
+        return None if seen is None or seen[1] is None else (seen[2], seen[1])
 
     def verdict(self, key: tuple) -> tuple:
         """(name, command line) find() judged key by."""
@@ -178,14 +181,18 @@ class Finder:
     def _judge(self, pid: int, p) -> tuple:
         """(comm as the table had it, command line or None if not a stray, comm now):
         kept per (pid, start) while its comm stays (an exec renames it): a sleeping
-        stray's command line is not read again every sample."""
+        stray's command line is not read again every sample. None while Ray's check of
+        it is UNDECIDED: neither a stray nor left alone for good, judged at the next scan."""
         cmd = read_cmdline(pid)
         if not cmd and not _has_program(pid):
             return p.comm, None, ""      # a zombie or a kernel thread: nothing to budget
         # An empty command line alone proves nothing: a process may blank its own
         # argv (setproctitle("")) to look like one. /proc decides, not the process.
-        if any(rx.search(cmd) for rx in self.protect) or self.ray.kind(pid, p.start) is not None:
+        if any(rx.search(cmd) for rx in self.protect):
             return p.comm, None, ""
+        kind = self.ray.kind(pid, p.start)
+        if kind is not None:             # UNDECIDED (ray.py): None, no verdict yet
+            return None if kind is UNDECIDED else (p.comm, None, "")
         self.ray.cache.pop((pid, p.start), None)    # not Ray's: judged holds that (a few bytes a stray)
         # One copy of a command line and a name: thousands of copies of one program share it.
         return p.comm, sys.intern(kept_cmdline(cmd)), sys.intern(read_comm(pid) or p.comm)

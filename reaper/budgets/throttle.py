@@ -25,6 +25,8 @@ __all__ = ["CgroupThrottle", "DutyCycler", "Unavailable"]
 PERIOD_US = 100_000          # CFS bandwidth period, the kernel's default
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DUTY_PERIOD = 0.1            # seconds per run/stop cycle (cpulimit uses 0.1 s too)
+CHECK_EVERY = 3              # a stopped member's CPU is read as it is resumed every this many periods
+CHECKED_MIN = 0.5            # seconds of its stops checked before ran_stopped judges a member
 MIN_FRACTION = 0.01
 
 
@@ -194,6 +196,7 @@ class DutyCycler:
     def __init__(self) -> None:
         self.members: dict = {}        # key -> Member
         self.period_start = 0.0
+        self.periods = 0               # periods begun (every CHECK_EVERY-th checks the stopped ones)
         self.faults: list = []         # (key, signal name, OSError): members dropped for it
         # (key, CPU seconds, boot ticks) of members found gone (they may have forked first):
         # their CPU as read when last stopped (None if never), and when that was.
@@ -217,7 +220,8 @@ class DutyCycler:
                 self.stopped_at = None
 
     class Member:
-        __slots__ = ("handle", "fraction", "stopped_at", "stopped_total", "group", "cpu", "cpu_ticks")
+        __slots__ = ("handle", "fraction", "stopped_at", "stopped_total", "group", "cpu", "cpu_ticks",
+                     "ran", "checked")
 
         def __init__(self, handle, group=None) -> None:
             self.handle = handle
@@ -227,6 +231,8 @@ class DutyCycler:
             self.group = group
             self.cpu: float | None = None        # its CPU seconds when last stopped, and when (boot ticks)
             self.cpu_ticks = 0
+            self.ran = 0.0             # CPU seconds it used while stopped (someone sent it SIGCONT)...
+            self.checked = 0.0         # ...over this many seconds of its stops (ran_stopped)
 
     def set(self, key: tuple, handle, fraction: float, now: float, group: "DutyCycler.Group | None" = None) -> None:
         m = self.members.get(key)
@@ -276,7 +282,30 @@ class DutyCycler:
             self.faults.append((key, _signals.name(signo), e))
             return False
 
-    def _cont(self, key: tuple, m, now: float) -> bool:
+    def ran_stopped(self, key: tuple) -> float | None:
+        """The share of the time key was held stopped that it ran all the same (another
+        process resumed it: SIGCONT), once CHECKED_MIN seconds of its stops were checked;
+        None before, or if it is not in the cycle."""
+        m = self.members.get(key)
+        if m is None or m.checked < CHECKED_MIN:
+            return None
+        return m.ran / m.checked
+
+    def _check(self, m, now: float) -> None:
+        """m, stopped since m.stopped_at, is about to be resumed: the CPU it used meanwhile
+        (none if it stayed stopped; a short read of its stat, every CHECK_EVERY periods)."""
+        if m.cpu is None:
+            return
+        try:
+            cpu = m.handle.cpu_seconds()
+        except OSError:                     # Gone, NotPermitted: the resume says what happened
+            return
+        m.ran += max(0.0, cpu - m.cpu)
+        m.checked += now - m.stopped_at
+
+    def _cont(self, key: tuple, m, now: float, check: bool = False) -> bool:
+        if check:
+            self._check(m, now)
         m.stopped_total += now - m.stopped_at
         m.stopped_at = None
         if m.group is not None:
@@ -300,8 +329,10 @@ class DutyCycler:
         self.period_start += DUTY_PERIOD
         if now - self.period_start >= DUTY_PERIOD:
             self.period_start = now
+        self.periods += 1
+        check = self.periods % CHECK_EVERY == 0
         for key, m in list(self.members.items()):
-            if m.stopped_at is not None and not self._cont(key, m, now):
+            if m.stopped_at is not None and not self._cont(key, m, now, check):
                 del self.members[key]
 
     def step(self, now: float) -> None:

@@ -1,7 +1,8 @@
 """reaper's subcommands, one module each: ``reaper stats`` (stats.py), ``reaper top``
 (top/: the live view, with rich), ``reaper watch`` (watch.py) and ``reaper node``
 (node.py). Each has ``main(argv, sfd)``; they read their flags with reaper's scanner
-(reaper/options.py), so an error is worded as reaper's.
+(args.py), so an error is worded as reaper's. This package's own code is run() only:
+its modules import nothing from it (no import cycle).
 
 Off the way to any child's exec: cli.py imports this package only for a subcommand.
 """
@@ -33,21 +34,6 @@ def run(name: str, argv: list, sfd: "int | None") -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-def answered(parse, help_text, prog: str, closed: bool = False):
-    """parse() for a subcommand: its result, or the exit status once --help or -V was
-    answered on stdout (one wording for every subcommand)."""
-    from reaper import options
-
-    try:
-        return parse()
-    except options.HelpRequested:
-        return options.write_stdout(help_text(), prog, closed)
-    except options.VersionRequested:
-        from reaper import __version__
-
-        return options.write_stdout(f"reaper {__version__}\n", prog, closed)
 
 
 def _watch_config(argv: list):

@@ -33,6 +33,20 @@ def _percent(text: str) -> float:
     return v / 100
 
 
+def _stat_name(text: str) -> str:
+    t = text.strip()
+    if not t or len(t) > 32 or not t.isascii() or not t.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise ValueError(f"expected a statistic's name as `ethtool -S` prints it, not {quoted(text)}")
+    return t
+
+
+def _readable(text: str) -> str:
+    """A path that exists ('' switches the kernel log off)."""
+    if text and not os.path.exists(text):
+        raise ValueError(f"no such file: {quoted(text)}")
+    return text
+
+
 def _directory(text: str) -> str:
     if not os.path.isdir(text):
         raise ValueError(f"not a directory: {quoted(text)}")
@@ -46,10 +60,13 @@ class NodeDefaults(options.Config):
     node_proc = "/proc"
     node_sys = "/sys"
     node_diagnose = None
+    node_kmsg = "/dev/kmsg"
+    node_nic_stats: list = []
 
 
 NODE_OPTIONS = (
-    Option("window", "", "node_window", "value", "seconds the longest streak and the culprits are kept ({default})",
+    Option("window", "", "node_window", "value", "seconds the longest streak and the dying cgroups' growth are kept "
+           "({default})",
            "SECONDS", options.seconds, env=("REAPER_NODE_WINDOW",)),
     Option("threshold", "", "node_threshold", "value", "busy percent at which a core is saturated (95)",
            "PERCENT", _percent, env=("REAPER_NODE_THRESHOLD",)),
@@ -60,6 +77,11 @@ NODE_OPTIONS = (
     Option("diagnose", "", "node_diagnose", "value",
            "watch for SECONDS, print a report, exit 1 on a signature", "SECONDS", options.seconds,
            env=("REAPER_NODE_DIAGNOSE",)),
+    Option("kmsg", "", "node_kmsg", "value", "the kernel log: /dev/kmsg, or a file of its records, followed "
+           "('' for none) ({default})", "PATH", _readable, env=("REAPER_NODE_KMSG",)),
+    Option("nic-stats", "", "node_nic_stats", "list", "a driver statistic (as `ethtool -S` names it) to "
+           "export besides ENA's reset reasons and *_allowance_exceeded (repeatable)", "NAME", _stat_name,
+           env=("REAPER_NODE_NIC_STATS",)),
 )
 
 
@@ -90,6 +112,8 @@ def config(argv: list, environ=None) -> options.Config:
             setattr(cfg, o.dest, getattr(NodeDefaults, o.dest))
     if cfg.node_diagnose is None and cfg.metrics_port is None and not cfg.metrics_file:
         cfg.metrics_port = options.DEFAULT_METRICS_PORT
+    elif cfg.node_diagnose is not None and not any(o.dest == "metrics_port" for o, _, _ in found):
+        cfg.metrics_port = None      # --diagnose opens a port only when a flag asks (not an image's variable)
     return cfg
 
 
@@ -100,16 +124,17 @@ def help_text() -> str:
             "       reaper node --diagnose SECONDS [OPTIONS]",
             "",
             "The node's detector: per-core saturation streaks, the processes holding a",
-            "saturated core in the kernel, live and dying memory cgroups, pressure,",
-            "softnet, interrupts, zombies by cgroup. Read-only. Every option also reads",
-            "the REAPER_* environment variable shown beside it; a flag wins over it."]
+            "saturated core in the kernel and their kernel functions, NIC stalls and",
+            "resets tied to that core, live and dying memory cgroups, pressure, softnet,",
+            "interrupts, zombies by cgroup. Read-only. Every option also reads the",
+            "REAPER_* environment variable shown beside it; a flag wins over it."]
     rows = usage.option_rows(FLAGS, NodeDefaults, HELP) + [("", ""), usage.HELP_ROW, usage.VERSION_ROW]
     environment = (("REAPER_QUIET", "errors only (as REAPER_VERBOSITY=0)"),)
     return usage.render(head, rows + usage.tail(environment, "docs/reaper-node.md"))
 
 
 def main(argv: list, sfd: int) -> int:
-    from reaper.commands import answered
+    from reaper.commands.args import answered
 
     cfg = answered(lambda: config(argv), help_text, PROG)
     if isinstance(cfg, int):
@@ -121,7 +146,8 @@ def _monitor(cfg, log):
     from reaper.node.monitor import Monitor
 
     try:
-        m = Monitor(cfg.node_proc, cfg.node_sys, cfg.node_threshold, cfg.node_window, log)
+        m = Monitor(cfg.node_proc, cfg.node_sys, cfg.node_threshold, cfg.node_window, log,
+                    kmsg_path=cfg.node_kmsg or None, nic_stats=frozenset(cfg.node_nic_stats))
     except (OSError, ValueError) as e:
         raise options.UsageError(f"--proc: cannot read {cfg.node_proc}/stat: "
                                  f"{getattr(e, 'strerror', None) or e}") from None
@@ -189,6 +215,7 @@ def _node(cfg, sfd: int) -> int:
     if exporter is not None:
         _finish(exporter, log)
     status = _report(cfg, monitor, lock, before) if cfg.node_diagnose else 0
+    monitor.close()
     log.close()
     return status
 

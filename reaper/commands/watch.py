@@ -81,7 +81,7 @@ def help_text() -> str:
 
 
 def main(argv: list, sfd: int) -> int:
-    from reaper.commands import answered
+    from reaper.commands.args import answered
 
     cfg = answered(lambda: config(argv), help_text, PROG)
     if isinstance(cfg, int):

@@ -10,7 +10,8 @@ import time
 
 from reaper.node import interrupts, pressure, softnet
 
-SOURCES = ("proc_stat", "processes", "cgroups", "pressure", "softnet", "interrupts")
+SOURCES = ("proc_stat", "processes", "cgroups", "pressure", "softnet", "interrupts", "kernel_functions", "kernel_log",
+           "driver_counters")
 CACHE = 0.5         # seconds a read of the per-core counters serves scrapes
 
 
@@ -43,7 +44,7 @@ class NodeCollector:
             st = m.streaks
             yield G("reaper_node_cpu_saturation_threshold_ratio", "Busy share at or above which a core counts as "
                                                                   "saturated (--threshold)", value=st.threshold)
-            available["proc_stat"] = m.cpu.available and "per-core CPU" not in m.failed
+            available["proc_stat"] = m.cpu.available and "per-core CPU" not in m.guard.failed
             cur = G("reaper_node_cpu_saturation_streak_seconds", "How long the core has been saturated without a "
                                                                  "break (0 when it is not)", labels=["cpu"])
             top = G("reaper_node_cpu_saturation_streak_max_seconds", "The core's longest saturation streak, ended "
@@ -58,14 +59,26 @@ class NodeCollector:
             for mode, (rows, total) in st.histogram().items():
                 h.add_metric([mode], [(floatToGoString(b), n) for b, n in rows], total)
             yield h
-            g = G("reaper_node_kernel_time_top_ratio", "System time of the processes with most while a core was "
-                                                       "saturated (the top 5 of the last scan, kept for --window): "
-                                                       "share of one core; cpu: the core it last ran on",
+            g = G("reaper_node_kernel_time_top_ratio", "Kernel time of the processes with most while a core was "
+                                                       "saturated in kernel time (the top 5 of the last sample, kept "
+                                                       "until the next kernel-time streak): share of one core; cpu: "
+                                                       "the core",
                   labels=["pid", "comm", "cpu", "cgroup"])
             for c in m.top:
                 g.add_metric([str(c.pid), c.comm, str(c.cpu), c.cgroup], c.ratio)
             yield g
-            yield C("reaper_node_kernel_time_scans", "Per-process scans (one a sample while a core is saturated)",
+            g = G("reaper_node_kernel_function_top_ratio", "Kernel functions a core saturated in kernel time was "
+                                                           "sampled in (perf cpu-clock, the 5 with most samples of the "
+                                                           "ongoing streak, else of the core's last one): share of the "
+                                                           "core's samples", labels=["cpu", "function"])
+            for cpu, prof in sorted(m.sampling.profiles().items()):
+                for name, ratio in prof.top_functions():
+                    g.add_metric([str(cpu), name], ratio)
+            yield g
+            available["kernel_functions"] = m.sampling.available
+            yield from self._nic(C, available)
+            yield C("reaper_node_kernel_time_scans", "Per-process scans (one a sample while a core is saturated and "
+                                                    "sampling is off)",
                     value=m.kernel.scans)
             available["processes"] = m.kernel.available and m.zombies is not None
             mem = m.memory
@@ -100,6 +113,28 @@ class NodeCollector:
         for source in SOURCES:
             g.add_metric([source], 1 if available.get(source) else 0)
         yield g
+
+    def _nic(self, C, available):
+        n = self.m.nic
+        available["kernel_log"] = n.kernel_log is not None
+        available["driver_counters"] = n.ethtool is not None
+        c = C("reaper_node_nic_events", "NIC and watchdog events: the kernel log's (ENA's TX pause, napi "
+                                        "starvation and reset, NETDEV WATCHDOG and mlx5 transmit timeouts, soft "
+                                        "lockups) and queues whose interrupts stopped on a core saturated in kernel "
+                                        "time", labels=["device", "kind"])
+        for (device, kind), count in sorted(n.counts.counts.items()):
+            c.add_metric([device, kind], count)
+        yield c
+        yield C("reaper_node_nic_chains", "NIC events that followed a saturation in kernel time of the core serving "
+                                          "the queue (or of any core, when that is not known) within 10 s",
+                value=n.chained)
+        c = C("reaper_node_nic_driver_stats", "Drivers' statistics (ethtool -S): ENA's reset reasons, every "
+                                              "*_allowance_exceeded, and those asked for (--nic-stats)",
+              labels=["device", "driver", "stat"])
+        for iface, (drv, stats) in sorted(n.stats.items()):
+            for name, v in sorted(stats.items()):
+                c.add_metric([iface, drv, name], v)
+        yield c
 
     def _counters(self, C, available):
         psi = self._fresh("pressure", pressure.read_pressure)

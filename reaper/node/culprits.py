@@ -17,6 +17,7 @@ import os
 import time
 from typing import NamedTuple
 
+from reaper.procfs.cgroups import parse_pid_cgroup
 from reaper.procfs.processes import CLK_TCK, read_cgroup, stat_fields
 from reaper.text import display
 
@@ -42,15 +43,12 @@ def pick_cgroup(text: str) -> str:
     """The path of proc/PID/cgroup that names a pod or a service: the memory
     controller's (v1), else the unified hierarchy's (0::), else the first one."""
     memory = unified = first = None
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        first = parts[2] if first is None else first
-        if "memory" in parts[1].split(","):
-            memory = parts[2]
-        elif parts[0] == "0" and parts[1] == "":
-            unified = parts[2]
+    for line in parse_pid_cgroup(text):
+        first = line.path if first is None else first
+        if "memory" in line.controllers:
+            memory = line.path
+        elif line.hierarchy == "0" and not line.controllers:
+            unified = line.path
     path = next((p for p in (memory, unified, first) if p is not None), "")
     return display(path[:LABEL_MAX])
 

@@ -45,10 +45,12 @@ def report(m, before: Counters, after: Counters) -> tuple:
              f"{m.streaks.threshold:.0%} busy for a whole one-second sample", ""]
     lines += _cores(seen)
     lines += _held(m)
+    lines += _functions(m, after.when)
     mem_lines, mem_found = _memory(m)
     lines += mem_lines
     lines += _pressure(before, after, seconds)
     lines += _network(before, after, seconds)
+    lines += _nic(m)
     lines += _zombies(m)
     found = signature_streaks(seen)
     verdict = []
@@ -57,11 +59,13 @@ def report(m, before: Counters, after: Counters) -> tuple:
                        f"(5 s is the network driver's Tx watchdog)")
     if mem_found:
         verdict.append(f"{m.memory.dying} dying memory cgroups against {m.memory.live} live ones")
+    verdict += [c.text() for c in m.nic.chains if c.linked][-5:]
     if verdict:
         lines += ["Signature found:"] + [f"  - {v}" for v in verdict]
     else:
-        lines.append(f"No signature: no core saturated in the kernel for {SIGNATURE_SECONDS:g} s or more, and "
-                     f"dying memory cgroups not over {DYING_RATIO} times the live ones and {DYING_MIN}.")
+        lines.append(f"No signature: no core saturated in the kernel for {SIGNATURE_SECONDS:g} s or more, "
+                     f"dying memory cgroups not over {DYING_RATIO} times the live ones and {DYING_MIN}, and no NIC "
+                     "event after a core saturated in kernel time.")
     return "\n".join(lines) + "\n", bool(verdict)
 
 
@@ -94,6 +98,24 @@ def _held(m) -> list:
         where = f"last on cpu{h.cpu}" if h.cpu >= 0 else "core unknown"
         out.append(f"  {h.comm} (pid {h.pid}): {h.seconds:.1f} s of system time, up to {h.peak:.0%} of a core, "
                    f"{where}, cgroup {h.cgroup or '?'}")
+    return out + [""]
+
+
+def _functions(m, now: float) -> list:
+    """Each sampled core's streak: who it ran and the kernel functions it was in."""
+    out = ["Kernel functions (the saturated core sampled while it was in kernel time):"]
+    if not m.sampling.available:
+        return out + [f"  not sampled: {m.sampling.off}", ""]
+    profiles = m.sampling.profiles()
+    if not profiles:
+        return out + ["  none sampled (no core saturated mostly in kernel time)", ""]
+    for cpu, prof in sorted(profiles.items(), key=lambda kv: kv[1].started, reverse=True)[:8]:
+        end = prof.ended if prof.ended is not None else now
+        state = "ongoing" if prof.ended is None else f"ended {now - end:.0f} s before the report"
+        out.append(f"  cpu{cpu}, {end - prof.started:.0f} s sampled ({prof.samples} samples, {state}):")
+        out += [f"    {line}" for line in m.sampling.line(prof, 3)]
+        tops = ", ".join(f"{name} {ratio:.0%}" for name, ratio in prof.top_functions())
+        out.append(f"    the core's functions: {tops}")
     return out + [""]
 
 
@@ -144,6 +166,24 @@ def _network(before: Counters, after: Counters, seconds: float) -> list:
         busiest = sorted(rates.items(), key=lambda kv: -kv[1])[:3]
         out.append("Interrupts per second, busiest cores: " + ", ".join(f"cpu{c} {r:.0f}" for c, r in busiest))
     return out + [""] if out else []
+
+
+def _nic(m) -> list:
+    """The NIC events (kernel log, stalled queue interrupts), each with its chain, and
+    the drivers' counters that grew."""
+    n = m.nic
+    out = ["NIC events (kernel log, queue interrupts):"]
+    chains = list(n.chains)
+    if not chains:
+        out.append("  none" + (f" (kernel log not read: {n.off['kernel log']})" if "kernel log" in n.off else ""))
+    for c in chains[-10:]:
+        out.append(f"  {c.text()}")
+    if len(chains) > 10:
+        out.append(f"  ... and {len(chains) - 10} earlier")
+    grown = n.grown()
+    if grown:
+        out.append("Driver counters that grew: " + ", ".join(f"{i} {name} +{d}" for i, _, name, d in grown[:12]))
+    return out + [""]
 
 
 def _zombies(m) -> list:

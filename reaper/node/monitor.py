@@ -7,9 +7,11 @@ at each sample (the scrape runs in the HTTP server's thread).
 from __future__ import annotations
 
 import time
+from collections import deque
 
-from reaper.node import cgroups, culprits, streaks, zombies
+from reaper.node import cgroups, chain, culprits, nic, profile, sampling, streaks, zombies
 from reaper.nodestats import CpuSampler
+from reaper.policy import SayOnce
 
 SAMPLE_INTERVAL = 1.0
 CGROUP_INTERVAL = 10.0      # live directories walked, /proc/cgroups or cgroup.stat read
@@ -30,56 +32,87 @@ class Held:
         self.peak = 0.0             # its highest share of one core
 
 
-def describe(c) -> str:
-    """One culprit (Culprit or Held) for a log line."""
+def describe(c, function: str = "") -> str:
+    """One culprit (Culprit or Held) for a log line, with the kernel function it was
+    sampled in most ('f <- caller <- ...') when there is one."""
     share = f", {c.ratio:.0%} of a core" if hasattr(c, "ratio") else f", {c.seconds:.1f} s system time"
     where = f" on cpu{c.cpu}" if c.cpu >= 0 else ""
-    return f"{c.comm} (pid {c.pid}{where}{share}, cgroup {c.cgroup or '?'})"
+    return f"{c.comm} (pid {c.pid}{where}{share}, cgroup {c.cgroup or '?'})" + (f" in {function}" if function else "")
+
+
+def kernel_share(r: "dict | None") -> float:
+    """A core's share of the last sample in system, irq and softirq time."""
+    return (r["system"] + r["irq"] + r["softirq"]) if r else 0.0
 
 
 class Monitor:
-    def __init__(self, proc: str, sys: str, threshold: float, window: float, log, clock=time.monotonic) -> None:
+    def __init__(self, proc: str, sys: str, threshold: float, window: float, log, clock=time.monotonic,
+                 kmsg_path: "str | None" = None, nic_stats: frozenset = frozenset()) -> None:
         self.proc, self.sys, self.window, self.log, self.clock = proc, sys, window, log, clock
         self.cpu = CpuSampler(proc)             # raises OSError: no proc/stat
         self.streaks = streaks.Streaks(threshold, window)
         self.kernel = culprits.KernelTime(proc, clock=clock)
+        self.sampling = sampling.Sampling(proc, log)
+        self.nic = nic.Nic(proc, sys, log, kmsg_path, nic_stats, clock=clock)
+        self.kernel_since: dict = {}  # cpu -> when its ongoing saturation in kernel time began
+        self.spans: deque = deque(maxlen=4 * HELD_MAX)     # chain.Span of ended kernel-time saturations
         self.hier = cgroups.hierarchies(sys)
         self.growth = cgroups.Growth(window)
         self.memory = None          # cgroups.MemoryCgroups
         self.first_memory = None    # the first count (the report's growth)
         self.holders: list = []     # [(cgroup, dying below it)]
         self.zombies = None         # zombies.Zombies
-        self.top: list = []         # the last attribution (Culprit), kept for the window
-        self.top_at = None
+        self.top: list = []         # the last kernel-time attribution (Culprit), kept until the next
         self.held: dict = {}        # pid -> Held, over the whole run (bounded)
         self.episode: dict = {}     # pid -> Held, while some core is saturated
         self.signalled: set = set() # cores whose ongoing streak was logged as a signature
         self.ended: list = []       # completed streaks of the run, the longest kept (the report)
         self.samples = 0
         self._due = {"memory": 0.0, "holders": 0.0, "zombies": 0.0}
-        self.failed: set = set()
+        # Each reader fails alone: said once, left out while it fails (its value False).
+        self.guard = SayOnce(lambda name, e: log.warn(f"node: reading {name} failed ({e!r}): left out while it fails"),
+                             default=False)
 
     # --- one sample --------------------------------------------------------------
 
     def sample(self, now: float) -> None:
         self.samples += 1
-        if self._guard("per-core CPU", self.cpu.sample) is False:
+        if self.guard.run("per-core CPU", self.cpu.sample) is False:
             self.cpu.ratios, self.cpu.seconds = {}, {}      # stale ratios would look live
-        for s in self.streaks.update(now, self.cpu.ratios, self.cpu.seconds):
+        ended = self.streaks.update(now, self.cpu.ratios, self.cpu.seconds)
+        saturated = set(self.streaks.ongoing)
+        kernel = {c for c in saturated if kernel_share(self.cpu.ratios.get(c)) >= sampling.KERNEL_SHARE}
+        if self.sampling.available and \
+                self.guard.run("kernel functions", self.sampling.update, now, kernel, saturated) is False:
+            self.sampling.off = "the sampler failed"          # said once by the guard
+            self.sampling.stop()
+        for cpu in [c for c in self.kernel_since if c not in saturated]:
+            self.spans.append(chain.Span(cpu, self.kernel_since.pop(cpu), now))
+        for cpu in kernel:
+            self.kernel_since.setdefault(cpu, now - self.cpu.seconds.get(cpu, 1.0))
+        for s in ended:
             self._ended(s)
+        if self.guard.run("NIC", self.nic.sample, now, self.kernel_since, self.kernel_spans(now), self.culprit,
+                       self.memory) is False:
+            self.nic.close()
+            self.nic = nic.Nic(self.proc, self.sys, self.log, None)
         if self.streaks.ongoing:
-            self._attribute(now)
+            self._attribute(now, bool(kernel))
         else:
             self.kernel.reset()
             self.episode = {}
-        if self.top_at is not None and now - self.top_at > self.window:
-            self.top, self.top_at = [], None
         self._periodic(now)
 
-    def _attribute(self, now: float) -> None:
-        top = self.kernel.scan()
-        if top:
-            self.top, self.top_at = top, now
+    def _attribute(self, now: float, in_kernel: bool) -> None:
+        """The processes that held saturated cores in the kernel: from the sampled cores'
+        samples, or, where sampling is off, from the per-process scan. Kept until the next
+        kernel-time streak: a core busy in user mode later does not replace them."""
+        if self.sampling.available:
+            top = self.sampling.culprits(culprits.TOP)
+        else:
+            top = self.kernel.scan()
+        if top and in_kernel:
+            self.top = top
         for c in top:
             for table in (self.held, self.episode):
                 h = table.get(c.pid)
@@ -90,8 +123,9 @@ class Monitor:
         for s in self.streaks.now_ongoing(now):
             if s.cpu not in self.signalled and s.seconds >= streaks.SIGNATURE_SECONDS and s.in_kernel:
                 self.signalled.add(s.cpu)
-                named = "; ".join(describe(c) for c in top) or "none named yet (a pass over many processes " \
-                    "takes several samples; softirq and irq time is no process's)"
+                named = "; ".join(describe(c, self.function(c.pid, s.cpu)) for c in top) or \
+                    "none named yet (a pass over many processes takes several samples; softirq and irq time is " \
+                    "no process's)"
                 self.log.warn(f"cpu{s.cpu} saturated for {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
                               f"kernel time: {named}")
 
@@ -103,14 +137,42 @@ class Monitor:
             self.signalled.discard(s.cpu)
             held = sorted((h for h in self.episode.values() if h.seconds >= HELD_MIN),
                           key=lambda h: -h.seconds)[:culprits.TOP]
-            named = "; ".join(describe(h) for h in held) or "none named"
+            named = "; ".join(describe(h, self.function(h.pid, s.cpu)) for h in held) or "none named"
             self.log.warn(f"cpu{s.cpu} saturation ended after {s.seconds:.0f} s ({s.mode} {s.share:.0%}): "
                           f"kernel time over it: {named}")
+
+    def kernel_spans(self, now: float) -> list:
+        """chain.Span of the saturations in kernel time, ended and ongoing."""
+        return list(self.spans) + [chain.Span(cpu, start, now) for cpu, start in self.kernel_since.items()]
+
+    def culprit(self, cpu: int, when: float) -> str:
+        """Who held cpu in the kernel around when: 'kubelet (pid 123) in f', from the
+        core's samples, else from the processes named on it; '' if nobody."""
+        prof = self.sampling.profiles().get(cpu)
+        if prof is not None and prof.started <= when + chain.SLACK and \
+                (prof.ended is None or prof.ended >= when - chain.LOOKBACK):
+            for c in prof.culprits(3, 1):
+                if c.pid:
+                    comm, _ = self.sampling.name(prof, c.pid)
+                    return f"{comm} (pid {c.pid})" + (f" in {c.functions[0].name}" if c.functions else "")
+        held = [h for h in self.episode.values() if h.cpu == cpu] or [h for h in self.held.values() if h.cpu == cpu]
+        if held:
+            h = max(held, key=lambda h: h.seconds)
+            return f"{h.comm} (pid {h.pid})"
+        return ""
+
+    def function(self, pid: int, cpu: int) -> str:
+        """The kernel function pid was sampled in most on cpu ('f <- caller <- ...'), or ''."""
+        prof = self.sampling.profiles().get(cpu)
+        for c in prof.culprits(5, 1) if prof is not None else ():
+            if c.pid == pid and c.functions:
+                return profile.path(c.functions[0])
+        return ""
 
     def _periodic(self, now: float) -> None:
         if now >= self._due["memory"]:
             self._due["memory"] = now + CGROUP_INTERVAL
-            m = self._guard("memory cgroups", cgroups.memory_cgroups, self.proc, self.sys, self.hier) or None
+            m = self.guard.run("memory cgroups", cgroups.memory_cgroups, self.proc, self.sys, self.hier) or None
             self.memory = m
             if m is not None:
                 self.first_memory = self.first_memory or m
@@ -118,22 +180,15 @@ class Monitor:
         if now >= self._due["holders"]:
             self._due["holders"] = now + HOLDERS_INTERVAL
             if self.hier.v2 is not None:
-                self.holders = self._guard("dying cgroup holders", cgroups.holders, self.hier.v2,
+                self.holders = self.guard.run("dying cgroup holders", cgroups.holders, self.hier.v2,
                                            self.hier.v2_memory) or []
         if now >= self._due["zombies"]:
             self._due["zombies"] = now + ZOMBIE_INTERVAL
-            self.zombies = self._guard("zombies", zombies.count_zombies, self.proc) or None
+            self.zombies = self.guard.run("zombies", zombies.count_zombies, self.proc) or None
 
-    def _guard(self, name: str, fn, *args):
-        """fn(*args); a failure (a file gone under --proc, or a bug: the readers return None
-        for what they cannot read) is one warning, and False."""
-        try:
-            return fn(*args)
-        except Exception as e:
-            if name not in self.failed:
-                self.failed.add(name)
-                self.log.warn(f"node: reading {name} failed ({e!r}): left out while it fails")
-            return False
+    def close(self) -> None:
+        self.sampling.stop()
+        self.nic.close()
 
     def refresh(self, now: float) -> None:
         """The periodic reads now (the report's last figures)."""

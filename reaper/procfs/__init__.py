@@ -8,7 +8,7 @@ paths are read here, each file by one parser.
                    process's cgroups and their directories (own_dir), cgroup.stat,
                    a controller enabled in v2, a cgroup's number files (pids.max...)
     system.py      node-wide figures: uptime, per-core CPU (/proc/stat), /proc/cgroups,
-                   reaper's own resident size
+                   /proc/interrupts and an IRQ's affinity, reaper's own resident size
     files.py       not /proc: a bounded read of a regular file a process controls
                    (scripts, dist-info, service settings), under the same rule for
                    hostile input
@@ -18,11 +18,12 @@ The exceptions, each for a reason its module gives: the start path before the ex
 (cli.py, usage.py, log.py: /proc/self/fd; procfs is not loaded then), the boundary's
 minimal loop (drain.py's last section: os alone, no file to import), procctl.py (acts
 on a pinned process: its statm, tasks and autogroup, checked against its start), oom.py
-(writes reaper's own oom_score_adj). Still read elsewhere, to move here (issue 32):
-budgets/ (cgroupfs.py's /proc/PID/cgroup, ray.py's cmdline, exe and cwd, strays.py's
-exe, stray_cpus.py's /proc/interrupts and irq affinity), node/ (culprits.py's cgroup
-parser, softnet.py, interrupts.py, pressure.py, zombies.py) and commands/top/model.py
-(/proc/stat).
+(writes reaper's own oom_score_adj), budgets/ray.py (a stray's exe, cwd and script
+path, resolved inside /proc/PID/root under a deadline: the walk is the recognition
+itself), leftovers/devices.py and jobs.py (a process's fd links and environ, bounded,
+hostile input read where it is judged), and reaper node's readers of files no other
+module reads, one parser each (node/softnet.py, pressure.py, zombies.py, kmsg.py,
+kallsyms.py: they take the --proc root of the host).
 
 One error policy, as psutil's _pslinux has one: a process that vanishes mid-read is
 simply not there (None, or left out of a table), and a file the kernel or the sandbox

@@ -5,19 +5,30 @@ flag helps on a path that leads into a hung filesystem (a FUSE mount whose serve
 does not answer, an NFS server gone): a path inside a process's root
 (/proc/PID/root/...) is one a process chose. Such work runs on a worker thread; the
 loop waits at most `timeout` for it. A call still running at its deadline is Late
-and left to its thread (a thread blocked in the kernel cannot be stopped); the next
-call gets a new worker. At most `max_stuck` threads are ever left that way; past
-that, every call is Late at once, so a hostile process costs reaper a bounded
-number of threads and of waits, never its loop. A worker whose call returns at last
-is idle again. If no thread can be made (the pids limit), the work runs inline.
+and left to its thread (a thread cannot be killed); the next call gets a new worker.
+Work that checks its deadline between its steps (check()) stops soon after it and
+frees its worker: only a call blocked in the kernel stays. At most `max_stuck`
+threads are ever left that way; past that, every call is Late at once, so a hostile
+process costs reaper a bounded number of threads and of waits, never its loop. A
+worker whose call returns at last is idle again. If no thread can be made (the pids limit), the work runs inline.
 """
 from __future__ import annotations
 
 import threading
+import time
 
 
 class Late(OSError):
-    """The work did not end by its deadline; it goes on, on its own thread."""
+    """The work did not end by its deadline; it goes on, on its own thread (until it
+    checks its deadline: check())."""
+
+
+def check(deadline: float) -> None:
+    """Raises Late once time.monotonic() is past deadline. Work that may be long (a
+    path a process chose, walked a component at a time) calls it between its steps:
+    past its deadline it stops there, freeing its worker, instead of burning on."""
+    if time.monotonic() > deadline:
+        raise Late("stopped past its deadline")
 
 
 class OffLoop:
@@ -29,6 +40,10 @@ class OffLoop:
         self.late = 0                    # calls that were Late, for the record
         self._idle: list = []
         self._lock = threading.Lock()
+
+    def deadline(self) -> float:
+        """The time.monotonic() at which a call started now is Late: for check()."""
+        return time.monotonic() + self.timeout
 
     def run(self, fn, *args):
         """fn(*args) on a worker thread: its result, or what it raised, or Late."""

@@ -76,10 +76,11 @@ def read_stat(pid: int) -> tuple | None:
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-class Counters(namedtuple("Counters", "state cpu rss comm")):
+class Counters(namedtuple("Counters", "state cpu rss comm reaped", defaults=(0,))):
     """What one read of /proc/PID/stat tells of a process found earlier: its state
     (R S D Z T ...), CPU (utime + stime, clock ticks, every thread's), resident memory
-    (bytes) and the kernel's name (a new one after an exec, or a prctl)."""
+    (bytes), the kernel's name (a new one after an exec, or a prctl) and the CPU of the
+    children it waited for (cutime + cstime, clock ticks)."""
     __slots__ = ()
 
 
@@ -93,7 +94,7 @@ def read_counters(pid: int, start: int) -> Counters | None:
     try:
         if int(f[19]) != start:
             return None
-        return Counters(f[0].decode(), int(f[11]) + int(f[12]), int(f[21]) * PAGE, comm)
+        return Counters(f[0].decode(), int(f[11]) + int(f[12]), int(f[21]) * PAGE, comm, int(f[13]) + int(f[14]))
     except (IndexError, ValueError):
         return None
 
@@ -164,8 +165,25 @@ def descendants(table: dict, root: int) -> set:
 
 def read_children(pid: int) -> list:
     """Direct children of pid's main thread (one small read)."""
+    return _thread_children(pid, pid)
+
+
+def read_all_children(pid: int) -> list:
+    """Direct children of every thread of pid (a thread may fork too)."""
     try:
-        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY)
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tids:
+        if tid.isdigit():
+            out += _thread_children(pid, int(tid))
+    return out
+
+
+def _thread_children(pid: int, tid: int) -> list:
+    try:
+        fd = os.open(f"/proc/{pid}/task/{tid}/children", os.O_RDONLY)
     except OSError:
         return []
     try:

@@ -1,10 +1,12 @@
 """Node-wide and self figures from /proc: the uptime, per-core CPU times (/proc/stat),
-/proc/cgroups, reaper's own resident size. Read-only; proc: where /proc is (a recorded
+/proc/cgroups, /proc/interrupts (one parser for reaper node's per-core and per-queue
+figures and --stray-cpus auto), reaper's own resident size. Read-only; proc: where /proc is (a recorded
 tree in the tests, --proc for reaper node). reaper/nodestats.py makes the metrics'
 figures from them."""
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 
 
 def uptime(proc: str = "/proc") -> float:
@@ -52,3 +54,57 @@ def proc_cgroups(proc: str = "/proc") -> "dict | None":
     except OSError:
         return None
     return out
+
+
+class IrqLine(namedtuple("IrqLine", "irq counts name")):
+    # irq: the line's head ("24", or the architecture's own: "NMI", "LOC", "ERR");
+    # counts: its interrupts per CPU column, in the header's order, as far as the line
+    # has numbers (ERR and MIS have one); name: its last word (a device IRQ's action,
+    # e.g. a NIC queue's "eth0-Tx-Rx-3").
+    __slots__ = ()
+
+
+def parse_interrupts(text: str) -> tuple:
+    """/proc/interrupts as (cpus, lines): the CPU numbers of the header's columns
+    (offline cores have none) and an IrqLine for every line."""
+    rows = text.splitlines()
+    if not rows:
+        return [], []
+    cpus = [int(w[3:]) for w in rows[0].split() if w.startswith("CPU") and w[3:].isdigit()]
+    lines = []
+    for row in rows[1:]:
+        head, sep, rest = row.partition(":")
+        if not sep:
+            continue
+        words = rest.split()
+        counts = []
+        for w in words[:len(cpus)]:
+            if not w.isdigit():
+                break
+            counts.append(int(w))
+        lines.append(IrqLine(head.strip(), tuple(counts), words[-1] if words else ""))
+    return cpus, lines
+
+
+def read_interrupts(proc: str = "/proc") -> "tuple | None":
+    """parse_interrupts() of proc/interrupts; None where it cannot be read."""
+    try:
+        with open(f"{proc}/interrupts") as f:
+            return parse_interrupts(f.read())
+    except OSError:
+        return None
+
+
+def read_irq_affinity(irq: int, proc: str = "/proc", names=("effective_affinity_list",)) -> "str | None":
+    """proc/irq/IRQ's CPU list (the first of `names` that reads: the effective affinity,
+    then, where asked, smp_affinity_list), as text ("0-3,8"); None where none reads
+    or all are empty."""
+    for name in names:
+        try:
+            with open(f"{proc}/irq/{irq}/{name}") as f:
+                text = f.read(256).strip()
+        except OSError:
+            continue
+        if text:
+            return text
+    return None

@@ -106,6 +106,7 @@ class Runner:
         self.services = [Service(spec, Restarts(*(spec.setting(cfg, k) for k in (
             "restart", "restart_delay", "restart_max_delay", "restart_limit")))) for spec in cfg.service_specs]
         self.by_pid: dict = {}
+        self.leftovers = None            # the leftovers piece (reaper/leftovers/piece.py), once started
         # Read before the OOM piece lowers reaper's own value: every start gets this one.
         self.oom_score_adj = _invoker_oom_score_adj()
         try:
@@ -151,7 +152,8 @@ class Runner:
             self.recheck_at = None       # drain_step, right after this tick, looks again
         for svc in self.services:
             if svc.restart_at is not None and now >= svc.restart_at and not self.draining:
-                self._start(svc, now)
+                if not self._leftovers_held(svc, now):
+                    self._start(svc, now)
 
     def close(self) -> None:
         """At reaper's exit, or when this piece failed: no more restarts. A service
@@ -215,6 +217,16 @@ class Runner:
                            f"service {svc.name}: cannot run {quoted(svc.argv[0])}: {os.strerror(exec_errno)}")
         elif svc.starts > 1:
             self.log.info(f"service {svc.name} restarted (pid {pid}, start {svc.starts})")
+
+    def _leftovers_held(self, svc: Service, now: float) -> bool:
+        """A restart waits while the last run's leftovers are being ended (--leftovers end)."""
+        if self.leftovers is None:
+            return False
+        until = self.sup.policy.call("leftovers", self.leftovers.hold, svc.name, now)
+        if until is None:
+            return False
+        svc.restart_at = until
+        return True
 
     def _arm(self) -> None:
         """What the C wait watches: the services' pids, the readiness pipes still open."""
@@ -282,6 +294,8 @@ class Runner:
         svc.last_exit_code = exit_code(status)
         self._close_ready(svc, arm=False)
         self._arm()
+        if self.leftovers is not None and not self.draining:     # its leftovers, before any restart
+            self.sup.policy.call("leftovers", self.leftovers.service_ended, pid)
         if self.draining:
             # Not in the drain's counts: stopping the services is the expected end, not
             # news (an ordinary run stays silent); one still up at SIGKILL is counted.

@@ -70,6 +70,8 @@ if TYPE_CHECKING:                # the kinds' interface, for mypy (typing is not
 
         def cycle(self, t: Any, fraction: float, now: float, group: Any) -> None: ...
 
+        def ran_stopped(self, t: Any) -> float | None: ...
+
         def release(self, t: Any, now: float) -> None: ...
 
         def mechanism(self, reason: str, name: str) -> None: ...
@@ -108,6 +110,8 @@ class Kind:
     State: Any = None    # what it keeps of each lineage: State(stray), with `over`; None: nothing
     cgroup: Any = None   # the cgroup holder it made (live, dying, close, version, base, mount), if any
     mechanism: Any = None    # how it holds its budget (stats), decided on first need
+    timed = False        # it judges a lineage at a time of its own, sleeping or not (due, past_due)
+    due_why = ""         # why a dormant stray is tracked again when it comes due (said with -vv)
 
     def __init__(self, sample: Sample, act: Actions) -> None:
         self.sample = sample
@@ -129,6 +133,15 @@ class Kind:
 
     def cycling(self, acct: Any) -> bool:
         """acct's lineage is duty-cycled by this kind (hops.catch looks for its forks)."""
+        return False
+
+    def due(self, since: float) -> float:
+        """timed: when it must judge a lineage first seen at since (monotonic seconds):
+        the schedule wakes a sleeping one then."""
+        raise NotImplementedError
+
+    def past_due(self, since: float, now: float) -> bool:
+        """timed: that time has come at now (the lineage stays awake)."""
         return False
 
     def judges_all(self) -> bool:
@@ -182,6 +195,10 @@ class Kind:
 
     def reassert(self, acct: Any) -> None:
         """Writes acct's cgroup's limit again (after leaking said why)."""
+
+    def escaped(self, acct: Any, now: float) -> None:
+        """A member of acct was found outside its cgroup (and put back): hold it otherwise
+        too while it keeps leaving, if this kind can."""
 
     def give_up(self, acct: Any, why: str) -> None:
         """acct's members keep leaving its cgroup, or cannot be moved back: hold the

@@ -29,6 +29,15 @@ class State:
 class Kind(_Kind):
     reason = "age"
     State = State
+    timed = True
+    due_why = "past --stray-max-age"
+
+    def due(self, since: float) -> float:
+        limit: float = self.cfg.stray_max_age
+        return since + limit
+
+    def past_due(self, since: float, now: float) -> bool:
+        return past_max_age(since, now, self.cfg.stray_max_age)
 
     def judge(self, now: float) -> None:
         """A lineage's age is its oldest member's: a fork that lets its parent exit is

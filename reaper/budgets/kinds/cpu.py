@@ -38,6 +38,8 @@ SLOW_SPEED = 0.25      # duty-cycling: the least speed (cores while let run) its
 CAPPED_MARGIN = 1.05   # a stray in a cgroup capped at its budget: over beyond this much of it
 LEAST_DEMAND = 1e-3    # the demand a stray that shows none is given in the total's shares
 LEAST_FRACTION = 0.01  # duty-cycling: the least share of each period a stray runs
+QUIET_WINDOWS = 6      # an over-budget episode ends after this many --budget-window under budget
+RAN_STOPPED_MAX = 0.2  # duty-cycling: a member that ran this share of the time it was stopped is resumed by another
 
 
 # --- the decisions, on one sample's numbers (cores) ----------------------------------
@@ -114,7 +116,7 @@ class State:
     """What the CPU budget keeps of one lineage."""
 
     __slots__ = ("over", "over_since", "autogroup_done", "leaf", "cycling", "fraction",
-                 "no_cgroup")
+                 "no_cgroup", "warned", "under_since", "escaped_at", "escape_hold")
 
     def __init__(self, stray: Any) -> None:
         self.over = False
@@ -125,6 +127,10 @@ class State:
         self.cycling = False             # its members are duty-cycled (SIGSTOP/SIGCONT)
         self.fraction = 1.0              # share of each duty period they may run
         self.no_cgroup = False           # they kept leaving their cgroup: duty-cycled instead
+        self.warned = False              # its over-budget episode was said (one warning per episode)
+        self.escaped_at: float | None = None     # when a member was last found out of its cgroup
+        self.escape_hold = False         # duty-cycled on top of its cgroup while it escapes
+        self.under_since: float | None = None    # when it went back under budget (the episode's end: QUIET_WINDOWS)
 
 
 class Kind(_Kind):
@@ -167,12 +173,18 @@ class Kind(_Kind):
             s = a.kinds["cpu"]
             over = id(a) in over_one or id(a) in share
             if over and not s.over:
-                self._violation(a, over_all and id(a) not in over_one)
+                self._violation(a, over_all and id(a) not in over_one, now)
             if not over:
                 s.over_since = None
+                if s.over:
+                    s.under_since = now
             s.over = over
             if not over:
-                if s.cycling:
+                if s.escape_hold and self._escaping(s, now):
+                    pass                # under budget, but it left its cgroup lately: still duty-cycled
+                elif s.escape_hold:
+                    self._unhold(a, now)
+                elif s.cycling:
                     self._release(a, now)
                 continue
             self._respond(a, cfg.cpu_budget if id(a) in over_one else None, share.get(id(a)), now)
@@ -197,11 +209,19 @@ class Kind(_Kind):
         leaf: str = s.leaf
         return leaf
 
-    def _violation(self, a: Any, total: bool) -> None:
-        cfg = self.cfg
+    def _violation(self, a: Any, total: bool, now: float) -> None:
+        """a went over budget: counted each time (reaper_budget_violations_total), said
+        once per episode. An episode ends when a has stayed under budget for QUIET_WINDOWS
+        windows (a minute by default): a lineage crossing its budget up and down meanwhile
+        is warned once. The warning names the member that burns most of the CPU."""
+        cfg, s = self.cfg, a.kinds["cpu"]
         t = a.first()
-        a.kinds["cpu"].over_since = time.monotonic()
+        s.over_since = time.monotonic()
         self.act.violation("cpu", t)
+        if s.warned and (s.under_since is None or now - s.under_since < QUIET_WINDOWS * cfg.budget_window):
+            return
+        s.warned, s.under_since = True, None
+        t = a.busiest()
         if total:
             what = f"strays together over --cpu-budget-total {cfg.cpu_budget_total:g}"
         else:
@@ -274,12 +294,17 @@ class Kind(_Kind):
         act, s = self.act, a.kinds["cpu"]
         self._choose_mechanism()
         members = [t for t in a.members.values() if t.refused is None and t.term_at is None]
-        if self.cgroup is not None and not s.cycling and not s.no_cgroup:
+        if self.cgroup is not None and (not s.cycling or s.escape_hold) and not s.no_cgroup:
             d = self.cgroup.leaf_dir(a.root, budget)
-            if s.leaf == d:
-                return                  # new members are put in it by escapes.hold
-            if self._move_into(a, members, budget):
-                return
+            # (new members are put in it by escapes.hold)
+            if s.leaf == d or self._move_into(a, members, budget):
+                if not self._escaping(s, now):
+                    if s.escape_hold:
+                        self._unhold(a, now)
+                    return
+                s.escape_hold = True    # it left its cgroup lately: duty-cycled too, whatever its cgroup
+        if s.cycling and not s.escape_hold and self._resumed_behind(a, members, now):
+            return
         target = min(x for x in (budget, share) if x is not None)
         if not s.cycling:
             s.fraction = duty_fraction(target, a.use.demand)
@@ -295,6 +320,24 @@ class Kind(_Kind):
         if act.log.enabled(3):
             act.log.debug(f"lineage of {a.root[0]}: uses {a.use.rate or 0:.3f}, demand {a.use.demand or 0:.3f}, "
                           f"target {target:.3f}: runs {s.fraction:.3f} of each period")
+
+    def _resumed_behind(self, a: Any, members: list[Any], now: float) -> bool:
+        """A member of duty-cycled a ran while it was stopped (another process sends it
+        SIGCONT): the duty cycle cannot hold a, and no cgroup does (none can be made, or
+        it kept leaving it). Its members are terminated (SIGTERM, SIGKILL after --grace),
+        under the throttle action too: said once, counted as sigstop_defeated. True if so."""
+        ran = max((r for r in (self.act.ran_stopped(t) for t in members) if r is not None), default=None)
+        if ran is None or ran <= RAN_STOPPED_MAX:
+            return False
+        act = self.act
+        act.once("sigstop-defeated", f"{who(a.busiest())} ran {ran:.0%} of the time it was stopped "
+                                     f"(another process resumes it with SIGCONT): the duty cycle cannot hold it "
+                                     f"and no cgroup does; terminating it (and any other such stray)", "warn")
+        act.count("sigstop_defeated", "cpu")
+        a.kinds["cpu"].cycling = False
+        for t in members:
+            act.kill(t, now, "cpu", "resumed while stopped")
+        return True
 
     def _move_into(self, a: Any, members: list[Any], budget: float | None) -> bool:
         """Moves a's members into its cgroup (its own, or the shared one); False if it
@@ -333,17 +376,31 @@ class Kind(_Kind):
         if moved:
             self.act.count("throttle_cgroup", "cpu")
 
-    def _release(self, a: Any, now: float) -> None:
-        """a is back under budget: its members are let run."""
+    def _unhold(self, a: Any, now: float) -> None:
+        """a's members leave the duty cycle (they were also in their cgroup, or are under
+        budget): let run."""
         s, act = a.kinds["cpu"], self.act
-        s.cycling = False
+        s.cycling = s.escape_hold = False
         for t in a.members.values():
             if t.cycled:
                 act.release(t, now)
                 t.cycled = False
+
+    def _escaping(self, s: Any, now: float) -> bool:
+        """A member left the lineage's cgroup within the last window (s: its State)."""
+        return s.escaped_at is not None and now - s.escaped_at < self.cfg.budget_window
+
+    def escaped(self, a: Any, now: float) -> None:
+        """A member left a's cgroup: duty-cycled as well for a window from now (_throttle),
+        so that leaving again gains it nothing."""
+        a.kinds["cpu"].escaped_at = now
+
+    def _release(self, a: Any, now: float) -> None:
+        """a is back under budget: its members are let run."""
+        self._unhold(a, now)
         t = a.first()
         if t is not None:
-            act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
+            self.act.log.info(f"stray {t.key[0]} ({t.comm}) back under budget: resumed")
 
     def _terminate(self, a: Any, now: float) -> None:
         over_since = a.kinds["cpu"].over_since

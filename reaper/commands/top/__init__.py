@@ -1,7 +1,6 @@
 """``reaper top``: a live, full-screen view of one reaper (init, watch or node mode)
 from its metrics endpoint (docs/reaper-top.md). A plain client like ``reaper stats``,
-whose fetch and parse it uses (stats.fetch_samples: the whole-request timeout, the
-size cap); what it shows is made in model.py and drawn in screen.py with rich, an
+through reaper.metrics.client (the whole-request timeout, the size cap); what it shows is made in model.py and drawn in screen.py with rich, an
 optional extra (pip install 'reaper-init[top]') that PID 1 never imports.
 
 Keys: q quits; c, m, p, a sort the strays by CPU, memory, pid, age. Over a pipe or
@@ -11,7 +10,7 @@ import os
 import time
 
 from reaper import options
-from reaper.commands import stats
+from reaper.commands import args as client_args
 from reaper.options import Option
 
 PROG = "reaper top"
@@ -25,16 +24,16 @@ class Args:
 
 
 FLAGS = (
-    Option("url", "", "url", "value", "the metrics endpoint: a URL, or HOST:PORT (default: "
-           "http://127.0.0.1:PORT/metrics, PORT from REAPER_METRICS_PORT, else 9259)", "URL"),
+    client_args.URL,
     Option("interval", "", "interval", "value", "seconds between refreshes ({default}; at least 0.1)",
            "SECONDS", lambda t: options.seconds(t, minimum=options.MIN_INTERVAL)),
     Option("timeout", "", "timeout", "value", "seconds to wait for each fetch ({default})", "SECONDS",
            options.seconds),
 )
-ENVIRONMENT = stats.ENVIRONMENT + (
+ENVIRONMENT = client_args.ENVIRONMENT + (
     ("REAPER_STRAY_MATCH", "with REAPER_PROTECT and REAPER_NO_RAY_AWARE: as reaper reads them, to tell "
                            "why a process is a stray (in reaper's PID namespace)"),
+    ("REAPER_DEVICES", "as reaper reads it: the device files whose holders are shown (in reaper's PID namespace)"),
     ("COLUMNS, LINES", "the screen's size, where the terminal does not say"),
 )
 
@@ -53,15 +52,13 @@ def help_text() -> str:
 
 
 def main(argv: list, sfd: "int | None" = None) -> int:
-    try:                            # fd 1 closed: its number may be reused by a fetch
-        os.fstat(1)
-        closed = False
-    except OSError:
-        closed = True
-    args = stats.parse(argv, PROG, FLAGS, Args, help_text, closed)
+    closed = client_args.stdout_closed()
+    args = client_args.parse_client(argv, PROG, FLAGS, Args, help_text, closed)
     if isinstance(args, int):
         return args
-    url = args.url or stats.default_url()
+    from reaper.metrics import client
+
+    url = args.url or client.default_url()
     try:
         from reaper.commands.top import screen
     except ImportError:          # rich is an optional extra

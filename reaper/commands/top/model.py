@@ -1,4 +1,4 @@
-"""What ``reaper top`` shows, made from one fetch of the endpoint (stats.fetch_samples)
+"""What ``reaper top`` shows, made from one fetch of the endpoint (reaper.metrics.client)
 and, where ``reaper top`` runs in the PID namespace of the reaper it shows (the usual
 ``kubectl exec``), from /proc: the main child's pid, command, state and age, and why
 each stray is one (the budget enforcer's own Finder, reaper/budgets/strays.py, with
@@ -8,13 +8,18 @@ Everything here is hostile input (a page, a process's name and command line): it
 kept as text, shown through text.display, never as markup.
 """
 import os
+import time
 
-from reaper.commands import stats
+from reaper.commands import figures
+from reaper.metrics import client
+from reaper.metrics import names as N
+from reaper.metrics.client import known, on
 from reaper.text import display
 
 SORTS = {"c": "cpu", "m": "memory", "p": "pid", "a": "age"}
 SAME_START = 2.0        # seconds: reaper's start on the page and in /proc agree within this
-MAX_HUNG = 4            # fetch threads left behind (stats._fetch gives up on them) before a pause
+SAME_RUN = 0.5          # seconds: a service's start on the page and its run's in /proc agree within this
+MAX_HUNG = 4            # fetch threads left behind (client.fetch gives up on them) before a pause
 
 
 class Frame:
@@ -29,10 +34,15 @@ class Frame:
         self.parents: list = []         # (name, pid, count)
         self.strays: list = []          # dicts: pid name reason action cpu memory age
         self.services: list = []        # (name, state, starts, up)
+        self.service_starts: list = []  # when each running service's current run started (the page's)
         self.cores: list = []           # (cpu, busy, saturated seconds, streak, longest): None unknown
         self.counts = ""
         self.local = False
         self.node = False               # reaper node: no processes of its own, no strays
+        self.node_rows: list = []       # reaper node: (section, text), reaper/node/view.py's
+        self.leftovers = ""             # the leftovers of ended owners, counted (figures.leftovers)
+        self.holders: list = []         # dicts: pid name devices state owner, from this /proc (holders.py)
+        self.scanned = (0, 0)           # processes whose descriptors were read, of all
 
 
 class Source:
@@ -40,27 +50,38 @@ class Source:
     failed fetch (its error shown)."""
 
     def __init__(self, url: str, timeout: float, environ=None) -> None:
-        self.url = stats.endpoint(url)
+        self.url = client.endpoint(url)
         self.timeout = timeout
         self.environ = os.environ if environ is None else environ
         self.samples = None
+        self.fetched = None             # monotonic time of the last good fetch
+        self.before = None              # the fetch before it, for rates: (samples, time)
         self.sort = "cpu"
         self.finder = None
+        self.holders = None             # holders.Scan, made on the first local frame
 
     def frame(self, now: float) -> Frame:
         f = Frame()
-        hung = _hung_fetches()
+        hung = client.hung_fetches()
         if hung >= MAX_HUNG:        # a server that drips: its fetches outlive their timeout
             f.error = f"{hung} fetches of {display(self.url)} still hang: not fetching again until one ends"
         else:
             try:
-                self.samples = stats.fetch_samples(self.url, self.timeout)
-            except stats.Unreadable as e:
+                samples = client.fetch(self.url, self.timeout)
+            except client.Unreadable as e:
                 f.error = str(e)
+            else:
+                if self.samples is not None:
+                    self.before = (self.samples, self.fetched)
+                self.samples, self.fetched = samples, time.monotonic()
         if self.samples is None:
             return f
-        v = f.view = stats.View(self.samples)
+        v = f.view = client.View(self.samples)
         fill(f, v, now, self.sort)
+        if f.node:
+            before, then = self.before or (None, None)
+            f.node_rows = figures.node_rows(v, self.samples, before, self.fetched - then if then is not None else None)
+            return f
         try:
             local = self.local(v)
         except Exception as e:          # /proc read fails or changes under us: the page alone
@@ -72,11 +93,11 @@ class Source:
     def local(self, v) -> "dict | None":
         """The reaper on the page seen in this /proc (the same pid, started within
         SAME_START of its start time), with its processes; None otherwise."""
-        pid, start = v.get("reaper_pid"), v.get("reaper_start_time_seconds")
-        if not stats._known(pid) or not stats._known(start) or pid < 1:
+        pid, start = v.get(N.PID), v.get(N.START_TIME_SECONDS)
+        if not known(pid) or not known(start) or pid < 1:
             return None
-        ns = v.get("reaper_pid_namespace")
-        if stats._known(ns) and ns != _own_pid_namespace():
+        ns = v.get(N.PID_NAMESPACE)
+        if known(ns) and ns != _own_pid_namespace():
             return None                 # another namespace's pid: its start may match by chance
         from reaper.procfs import processes
 
@@ -85,8 +106,16 @@ class Source:
         boot = _boot_time()
         if me is None or boot is None or abs(boot + me.started - start) > SAME_START:
             return None
-        return {"pid": int(pid), "table": table, "boot": boot, "services": len(f_services(v)),
-                "watch": stats.role(v) == "watch"}
+        from reaper.commands.top import holders
+
+        main = v.get(N.MAIN_CHILD_PID)
+        runs = {int(s.value) for s in v.rows(N.SERVICE_PID) if known(s.value)}
+        if self.holders is None:
+            self.holders = holders.Scan()
+        return {"pid": int(pid), "table": table, "boot": boot, "main": int(main) if known(main) else None,
+                "scan": self.holders,
+                "pids": runs if main is not None or runs else None,     # None: a reaper too old to give them
+                "watch": figures.role(v) == "watch", "devices": holders.globs(self.environ)}
 
 
 def _own_pid_namespace() -> "float | None":
@@ -96,67 +125,53 @@ def _own_pid_namespace() -> "float | None":
         return None
 
 
-def _hung_fetches() -> int:
-    import threading
-
-    return sum(1 for t in threading.enumerate() if t.name == "fetch" and t.is_alive())
-
-
-def f_services(v) -> list:
-    return list(dict.fromkeys(s.labels.get("service", "") for s in v.rows("reaper_service_starts_total")))
-
-
 def _boot_time() -> "float | None":
+    """When the host booted, seconds since the epoch: process start times are since boot."""
+    from reaper.procfs.system import uptime
+
     try:
-        with open("/proc/stat", "rb") as f:
-            for line in f.read(1 << 20).splitlines():
-                if line.startswith(b"btime "):
-                    return float(line.split()[1])
+        return time.time() - uptime()
     except (OSError, ValueError, IndexError):
         return None
-    return None
 
 
 def fill(f: Frame, v, now: float, sort: str) -> None:
     """The frame's parts that come from the page."""
-    info = (v.rows("reaper_build_info") or [None])[0]
-    version = info.labels.get("version", "?") if info else "?"
-    phase = [k for k, n in v.by("reaper_phase", "phase").items() if stats._on(n)]
-    f.head = (f"reaper {version} ({stats.role(v)}), pid {stats._n(v.get('reaper_pid'))}, "
-              f"{stats.lifetime(v, now=now)}" + (f", phase {phase[0]}" if phase else ""))
-    state = [k for k, n in v.by("reaper_main_child_state", "state").items() if stats._on(n)]
-    if v.rows("reaper_main_child_state"):
-        f.main = state[0] if state else "none (pause mode)"
-        code = v.get("reaper_main_child_exit_code")
+    f.head = figures.head(v, now=now)
+    if v.rows(N.MAIN_CHILD_STATE) and figures.mode(v) == "init":      # pause mode has no main child
+        f.main = v.current(N.MAIN_CHILD_STATE, "state") or "?"
+        code = v.get(N.MAIN_CHILD_EXIT_CODE)
         if code is not None:
-            f.main += f", exit code {stats._n(code)}"
-    f.node = stats.role(v) == "node"
-    if f.node and v.get("reaper_pid") is None:      # reaper node exports neither pid nor start
-        f.head = f"reaper {version} (node)"
-    f.zombies = stats._n(v.get("reaper_node_zombies" if f.node else "reaper_zombies"))
+            f.main += f", exit code {figures.n(code)}"
+    f.node = figures.role(v) == "node"
+    if f.node and v.get(N.PID) is None:      # reaper node exports neither pid nor start
+        f.head = f"reaper {v.info('version')} (node)"
+    f.zombies = figures.n(v.get(N.NODE_ZOMBIES if f.node else N.ZOMBIES))
     f.parents = sorted(((s.labels.get("parent_name", ""), s.labels.get("parent_pid", ""), s.value)
-                        for s in v.rows("reaper_zombies_by_parent")), key=lambda p: -_num(p[2]))
-    f.counts = stats.processes(v)
+                        for s in v.rows(N.ZOMBIES_BY_PARENT)), key=lambda p: -_num(p[2]))
+    f.counts = figures.processes(v)
     f.strays = _page_strays(v)
     _sort(f.strays, sort)
     parts = v.split("service")
-    for name in f_services(v):
-        sv = parts.get(name) or stats.View([])
-        st = [k for k, n in sv.by("reaper_service_state", "state").items() if stats._on(n)]
-        since = sv.get("reaper_service_start_time_seconds")
-        up = stats._dur(now - since) if since is not None and stats._on(sv.get("reaper_service_up")) else "-"
-        f.services.append((name, st[0] if st else "?", sv.get("reaper_service_starts_total"), up))
+    for name in figures.services(v):
+        sv = parts.get(name) or client.View([])
+        since = sv.get(N.SERVICE_START_TIME_SECONDS)
+        up = figures.dur(now - since) if since is not None and on(sv.get(N.SERVICE_UP)) else "-"
+        if up != "-" and known(since):
+            f.service_starts.append(since)
+        f.services.append((name, sv.current(N.SERVICE_STATE, "state") or "?", sv.get(N.total(N.SERVICE_STARTS)), up))
     f.cores = _cores(v)
+    f.leftovers = figures.leftovers(v) or ""
 
 
 def _num(x) -> float:
-    return x if stats._known(x) else 0.0
+    return x if known(x) else 0.0
 
 
 def _page_strays(v) -> list:
     """The strays the page names (the busiest and the largest, with the action on each)."""
     rows: dict = {}
-    for metric, field in (("reaper_stray_cpu_cores", "cpu"), ("reaper_stray_memory_bytes", "memory")):
+    for metric, field in ((N.STRAY_CPU_CORES, "cpu"), (N.STRAY_MEMORY_BYTES, "memory")):
         for s in v.rows(metric):
             pid = s.labels.get("pid", "")
             d = rows.setdefault(pid, {"pid": pid, "name": s.labels.get("name", ""),
@@ -179,10 +194,10 @@ def _cores(v) -> list:
     """Per core, the busiest first: (cpu, busy ratio, seconds saturated in all, the
     current saturation streak, the longest within the window). reaper with
     --node-metrics per-core has the first two; reaper node the streaks."""
-    busy = v.by("reaper_node_cpu_busy_ratio", "cpu")
-    total = v.by("reaper_node_cpu_saturated_seconds_total", "cpu")
-    streak = v.by("reaper_node_cpu_saturation_streak_seconds", "cpu")
-    longest = v.by("reaper_node_cpu_saturation_streak_max_seconds", "cpu")
+    busy = v.by(N.NODE_CPU_BUSY_RATIO, "cpu")
+    total = v.by(N.total(N.NODE_CPU_SATURATED_SECONDS), "cpu")
+    streak = v.by(N.NODE_CPU_SATURATION_STREAK_SECONDS, "cpu")
+    longest = v.by(N.NODE_CPU_SATURATION_STREAK_MAX_SECONDS, "cpu")
     cpus = set(busy) | set(streak) | set(longest)
     rows = [(c, busy.get(c), total.get(c), streak.get(c), longest.get(c)) for c in cpus]
     rows.sort(key=lambda r: (-_num(r[3]), -_num(r[1]), -_num(r[4]), -_num(r[2]), len(r[0]), r[0]))
@@ -194,7 +209,7 @@ def _sort(strays: list, by: str) -> None:
         if by == "pid":
             return int(d["pid"]) if str(d["pid"]).isdigit() else 0
         value = d.get(by)
-        return -(value if stats._known(value) else -1.0)
+        return -(value if known(value) else -1.0)
     strays.sort(key=key)
 
 
@@ -205,17 +220,25 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
     f.local = True
     table, me, boot = local["table"], local["pid"], local["boot"]
     children = sorted((p for p in table.values() if p.ppid == me and p.state != "Z"), key=lambda p: p.start)
-    # The services start first, then the main child: reaper's k+1 oldest children (k
-    # services), the main child the last of them while no service was restarted.
-    kept = children[:1 + local["services"]]
-    restarted = any(not stats._known(starts) or starts != 1 for _, _, starts, _ in f.services)
-    main = kept[-1] if kept and f.main.startswith("running") and not restarted else None
+    # reaper's own children: the main child and each service's current run, by the pids
+    # the page gives; a reaper too old to give them: the runs started when the page says
+    # (within SAME_RUN), the main child the oldest of the others. The rest were
+    # re-parented to reaper: their owner ended.
+    if local["pids"] is not None:
+        runs = [p for p in children if p.pid in local["pids"]]
+        main = next((p for p in children if p.pid == local["main"]), None)
+    else:
+        runs = [p for p in children if any(abs(boot + p.started - t) <= SAME_RUN for t in f.service_starts)]
+        rest = [p for p in children if p not in runs]
+        main = rest[0] if rest and f.main.startswith("running") else None
+    kept = runs + ([main] if main is not None else [])
     if main is not None:
         cmd = processes.read_cmdline(main.pid) or f"[{main.comm}]"
         head, sep, rest = cmd.partition(" ")
         cmd = os.path.basename(head) + sep + rest          # python3, not its whole path
-        f.main = (f"pid {main.pid}, {_STATES.get(main.state, main.state)}, up {stats._dur(now - boot - main.started)}"
+        f.main = (f"pid {main.pid}, {STATES.get(main.state, main.state)}, up {figures.dur(now - boot - main.started)}"
                   f": {display(cmd)}")
+    f.holders, *f.scanned = local["scan"].get(time.monotonic(), table, me, {p.pid for p in kept}, local["devices"])
     found = _find(local, kept, main)
     by_pid = {str(d["pid"]): d for d in f.strays}
     for s in found.values():
@@ -231,7 +254,7 @@ def add_local(f: Frame, local: dict, now: float, sort: str) -> None:
     _sort(f.strays, sort)
 
 
-_STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
+STATES = {"R": "running", "S": "sleeping", "D": "disk wait", "T": "stopped", "t": "traced", "Z": "zombie",
            "I": "idle"}
 
 

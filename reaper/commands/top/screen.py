@@ -11,8 +11,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from reaper.commands import stats
+from reaper.commands import figures
 from reaper.commands.top import model
+from reaper.metrics.client import known, on
 from reaper.text import display
 
 
@@ -21,7 +22,7 @@ def _t(text, style: str = "") -> Text:
 
 
 def _size(n) -> str:
-    return "-" if n is None else "?" if not stats._known(n) else f"{n / 2**20:.0f}M"
+    return "-" if n is None else "?" if not known(n) else f"{n / 2**20:.0f}M"
 
 
 def render(frame: model.Frame, width: int, height: int, sort: str):
@@ -37,20 +38,28 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
         parts.append(_t(f"main child  {frame.main}"))
     if not frame.node:
         parts.append(_t(f"processes   {frame.counts}"))
-    z = f"zombies     {frame.zombies}"
-    if frame.parents:
-        z += ", by parent: " + ", ".join(f"{name}[{pid}] {stats._n(n)}" for name, pid, n in frame.parents)
-    parts.append(_t(z))
+    if not frame.node:                      # reaper node's are among its rows
+        z = f"zombies     {frame.zombies}"
+        if frame.parents:
+            z += ", by parent: " + ", ".join(f"{name}[{pid}] {figures.n(n)}" for name, pid, n in frame.parents)
+        parts.append(_t(z))
     for i, (name, state, starts, up) in enumerate(frame.services):
-        restarts = starts - 1 if stats._known(starts) and starts >= 1 else None
+        restarts = starts - 1 if known(starts) and starts >= 1 else None
         parts.append(_t(f"{'services' if i == 0 else '':<12}{name}: {state}, up {up}, "
-                        f"restarts {stats._n(restarts)}"))
-    if frame.node:                          # the node's cores are its subject: every line left
-        parts += [_t(line) for line in _cores(frame.cores, width, max(height - len(parts) - 1, 2))]
+                        f"restarts {figures.n(restarts)}"))
+    if frame.node:                          # the node's view (reaper/node/view.py): every line left
+        room, title = max(height - len(parts) - 1, 1), None
+        for section, text in frame.node_rows[:room]:
+            parts.append(_t(f"{section if section != title else '':<12}{text}"))
+            title = section
         parts.append(_t("q quit", "dim"))
         return Group(*parts)
+    if frame.leftovers:
+        parts.append(_t(f"leftovers   {frame.leftovers}"))
     if frame.cores:
         parts += [_t(line) for line in _cores(frame.cores, width)]
+    if frame.holders:
+        parts += _holders(frame, max(height - len(parts) - 8, 2))      # room left for some strays
     room = height - len(parts) - 3          # the table's head, a blank line, the key line
     table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold reverse")
     for col, kw in (("PID", {"justify": "right"}), ("NAME", {"max_width": 18}), ("WHY", {}),
@@ -60,13 +69,32 @@ def render(frame: model.Frame, width: int, height: int, sort: str):
     shown = frame.strays[:max(room, 0)]
     for d in shown:
         table.add_row(_t(d["pid"]), _t(d["name"]), _t(d.get("reason") or "?"), _t(d.get("action") or "-"),
-                      _t("-" if d.get("cpu") is None else stats._fmt(d["cpu"], ".2f")), _t(_size(d.get("memory"))),
-                      _t("-" if d.get("age") is None else stats._dur(d["age"])))
+                      _t("-" if d.get("cpu") is None else figures.fmt(d["cpu"], ".2f")), _t(_size(d.get("memory"))),
+                      _t("-" if d.get("age") is None else figures.dur(d["age"])))
     title = f"strays {len(frame.strays)}" + (f" ({len(shown)} shown)" if len(shown) < len(frame.strays) else "")
     parts += [_t(f"{title}, sorted by {sort}" + ("" if frame.local else "; ages: run in reaper's PID namespace"),
                  "bold"), table]
     parts.append(_t("q quit  c cpu  m memory  p pid  a age", "dim"))
     return Group(*parts)
+
+
+def _holders(frame: model.Frame, room: int) -> list:
+    """Device holders and stopped leftovers, with their owner (model.py, holders.py)."""
+    table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold reverse")
+    for col, kw in (("PID", {"justify": "right"}), ("NAME", {"max_width": 18}), ("STATE", {}),
+                    ("DEVICES", {"max_width": 30}), ("OWNER", {})):
+        table.add_column(col, no_wrap=True, overflow="ellipsis", **kw)
+    shown = frame.holders[:max(room - 2, 1)]
+    for d in shown:
+        table.add_row(_t(d["pid"]), _t(d["name"]), _t(model.STATES.get(d["state"], d["state"])), _t(d["devices"]),
+                      _t(d["owner"]))
+    title = f"device holders and stopped leftovers {len(frame.holders)}"
+    if len(shown) < len(frame.holders):
+        title += f" ({len(shown)} shown)"
+    scanned, every = frame.scanned
+    if scanned < every:
+        title += f"; descriptors read of {scanned} of {every} processes"
+    return [_t(title, "bold"), table]
 
 
 def _cores(cores: list, width: int, lines: int = 2) -> list:
@@ -76,13 +104,13 @@ def _cores(cores: list, width: int, lines: int = 2) -> list:
     for cpu, busy, total, streak, longest in cores:
         cell = f"cpu{cpu}"
         if busy is not None:
-            cell += f" {stats._fmt(busy, '.0%')}"
-        if total is not None and stats._on(total):
-            cell += f" sat {stats._dur(total)}"
+            cell += f" {figures.fmt(busy, '.0%')}"
+        if total is not None and on(total):
+            cell += f" sat {figures.dur(total)}"
         if streak is not None:
-            cell += f" streak {stats._dur(streak)}"
+            cell += f" streak {figures.dur(streak)}"
         if longest is not None:
-            cell += f" max {stats._dur(longest)}"
+            cell += f" max {figures.dur(longest)}"
         cells.append(cell)
     out, line, shown = [], "cores      ", 0
     for cell in cells:
