@@ -220,10 +220,10 @@ class Schedule:
         return True
 
 
-AGE_SLACK = 64           # entries of gone lineages tolerated in the age heap before it is pruned
+AGE_SLACK = 64           # entries of gone lineages tolerated in a timer's heap before it is pruned
 
 
 def _lineage(what) -> tuple:
-    """What names a lineage in the age heap: a dormant stray's key, else its account's
+    """What names a lineage in the timers' heaps: a dormant stray's key, else its account's
     root (a dormant stray thawed is alone in a lineage whose root is its key)."""
     return what if isinstance(what, tuple) else what.root
