@@ -5,7 +5,9 @@ Each row runs reaper as PID 1 of a fresh PID namespace (unshare), in a cpuacct c
 of its own as in a container (made here, removed after), with a main child that parks
 N sleeping orphans (`sleep 3600` spawned by a process that exits: re-parented to
 reaper) and, in the mixed rows, BUSY strays that burn about a quarter of a core each;
-then the main child sleeps.
+then the main child sleeps. In the distinct rows each sleeping stray has a command line
+of its own, about 8 KB (as much as reaper reads: `sleep 3600 0.000...0<n>`): what reaper
+keeps per stray must not depend on it (issue 33.6).
 After --settle seconds, reaper's utime+stime is read from /proc over --seconds, and its
 RSS at the end (and its anonymous part). Every count is run with budgets off and with `--cpu-budget 0.5`
 (--budget-interval 1, action observe), side by side.
@@ -77,12 +79,14 @@ def remove_cgroup(d: "str | None") -> None:
 
 SPAWN = """
 import os, sys
-n, busy, code = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+n, busy, code, distinct = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 middle = os.fork()
 if middle == 0:
     # posix_spawn: fast enough for 10,000; the middle process exits, its children are orphans.
-    for _ in range(n):
-        os.posix_spawn("/bin/sleep", ["sleep", "3600"], os.environ)
+    for i in range(n):
+        # distinct: sleep adds its arguments; this one is about 0 s, 8 KB long, one of its own.
+        extra = ["0." + "0" * (8150 - len(str(i))) + str(i)] if distinct else []
+        os.posix_spawn("/bin/sleep", ["sleep", "3600", *extra], os.environ)
     for _ in range(busy):
         os.posix_spawn(sys.executable, [sys.executable, "-c", code], os.environ)
     os._exit(0)
@@ -91,15 +95,15 @@ os.execv("/bin/sleep", ["sleep", "3600"])
 """
 
 
-def spawn_argv(n: int, busy: int) -> list:
-    return [sys.executable, "-c", SPAWN, str(n), str(busy), BUSY_CODE]
+def spawn_argv(n: int, busy: int, distinct: bool = False) -> list:
+    return [sys.executable, "-c", SPAWN, str(n), str(busy), BUSY_CODE, "1" if distinct else "0"]
 
 
-def run(n: int, busy: int, budgets: bool, a) -> dict:
+def run(n: int, busy: int, budgets: bool, a, distinct: bool = False) -> dict:
     cg = make_cgroup()
     args = ["--budget-interval", "1", "--cpu-budget", "0.5", "--budget-action", "observe"] if budgets else []
     inner = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", REAPER, *args, "--",
-             *spawn_argv(n, busy)]
+             *spawn_argv(n, busy, distinct)]
     join = f'echo $$ > {cg}/cgroup.procs && ' if cg else ""
     p = subprocess.Popen(["sh", "-c", join + 'exec "$@"', "sh", *inner],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -148,7 +152,8 @@ def main() -> int:
     ap.add_argument("--settle", type=float, default=12.0, help="seconds after the strays are up")
     ap.add_argument("--off-seconds", type=float, default=15.0, help="measurement window with budgets off")
     ap.add_argument("--spawn-timeout", type=float, default=180.0)
-    ap.add_argument("--modes", default="sleeping,mixed")
+    ap.add_argument("--modes", default="sleeping,mixed",
+                    help="sleeping, mixed (and 2 busy strays), distinct (sleeping, 8 KB command lines of their own)")
     a = ap.parse_args()
     counts = [int(x) for x in a.counts.split(",")]
     if max(counts) > MAX_PROCS:
@@ -161,11 +166,13 @@ def main() -> int:
           f"{'RSS over off':>13} {'anon over off':>14}", flush=True)
     for mode in a.modes.split(","):
         busy = BUSY if mode == "mixed" else 0
+        distinct = mode == "distinct"
         for n in counts:
-            off = run(n, busy, False, a)
-            on = run(n, busy, True, a)
+            off = run(n, busy, False, a, distinct)
+            on = run(n, busy, True, a, distinct)
             print(f"{on['strays']:>7} {busy:>5} {off['pct']:>8.2f}% {off['rss']:>6.1f} MB {on['pct']:>8.2f}% "
                   f"{on['rss']:>6.1f} MB {on['rss'] - off['rss']:>+10.1f} MB {on['anon'] - off['anon']:>+11.1f} MB"
+                  + ("  distinct command lines" if distinct else "")
                   + ("" if on["cgroup"] else "  (no cgroup of its own)"), flush=True)
     return 0
 

@@ -199,10 +199,17 @@ class Handle:
         copy-on-write, RSS minus shared leaves out file pages only this process
         maps (page cache, not its own allocation). statm directly, the unique set
         through psutil."""
-        private = self._rss_unshared()
+        return self.memory(exact_above)[0]
+
+    def memory(self, exact_above: int | None = None) -> tuple[int, int]:
+        """(private_memory, RSS less file-backed and shared pages): the second is what
+        it would hold alone once every process it shares pages copy-on-write with
+        freed them, without its RSS moving (budgets re-read those: issue 33.3)."""
+        unshared = self._rss_unshared()
+        private = unshared
         if exact_above is not None and private > exact_above:
             private = min(private, self._unique())
-        return private
+        return private, unshared
 
     def _unique(self) -> int:
         """The unique set size (smaps_rollup, through psutil); a huge number where

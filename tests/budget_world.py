@@ -223,7 +223,8 @@ class World:
                         found.append((mod, attr, fake))
         return found
 
-    def run(self, monkeypatch) -> list:
+    def run(self, monkeypatch, each=None) -> list:
+        """The trace; each(enforcer), if given, after every tick."""
         from reaper.budgets import enforcer
         from reaper.budgets.throttle import CgroupThrottle, Unavailable
         from reaper.budgets.memory_cgroup import MemoryCgroup
@@ -260,6 +261,8 @@ class World:
             self.advance(max(due, self.now))
             samples = stats.samples
             enf.tick(mono())
+            if each is not None:
+                each(enf)
             entry: dict = {"t": round(self.now, 6)}
             if stats.samples != samples:
                 entry["seq"] = stats.samples
@@ -387,6 +390,9 @@ def _handle_class(world):
 
         def private_memory(self, exact_above=None) -> int:
             return self._p("read").mem
+
+        def memory(self, exact_above=None) -> tuple:
+            return self.private_memory(exact_above), self._p("read").mem
 
         def signal(self, signo: int) -> bool:
             name = SIGNAMES.get(signo, str(signo))

@@ -630,33 +630,40 @@ def _resident(pid: int) -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _shared_helper(tag: str, main: int, resident: int, port: int) -> tuple:
+    """(pid, scrape): the main child's forked helper (tagged too: the same argv) once it is
+    an orphan inside the namespace, more than resident bytes resident (shared with the
+    main child), and still alive a few samples later, reported as holding little."""
+    from conftest import proc_stat
+
+    def orphaned_helper():
+        for p in bh.pids_tagged(tag):
+            try:
+                if p != main and ns_pid(p) != p and proc_stat(p)["ppid"] != main and _resident(p) > resident:
+                    return p
+            except OSError:
+                pass
+        return None
+    stray = wait_for(orphaned_helper, 20, what=f"the forked helper orphaned, over {resident // MB} MiB resident")
+    s = samples_go_on(port)
+    assert alive(stray), "a stray that allocated nothing was terminated for pages it shares"
+    held = [x.value for x in s.samples("reaper_stray_memory_bytes")]
+    assert len(held) == 1 and held[0] < 16 * MB, f"its memory is reported as {held}: shared pages counted"
+    return stray, s
+
+
 @heavy
 def test_a_stray_is_judged_by_what_it_alone_holds_not_by_pages_it_shares(reaper, tmp_path):
     """A stray forked from a job holding 120 MiB shows about 128 MiB resident while it has
     allocated nothing: under --memory-budget 64M it is left alone, and its memory is
     reported as its own, small; once it allocates 80 MiB of its own it is terminated."""
-    from conftest import proc_stat
     from metrics_helpers import start_with_metrics, wait_scrape
 
     tag, grow = bh.marker(), tmp_path / "grow"
     r, port = start_with_metrics(reaper, [PYTHON, "-c", FORKED, str(grow), tag],
                                  ["--memory-budget", "64M", "--budget-action", "terminate", "--grace", "2", *FAST])
     main = r.main_child()
-
-    def orphaned_helper():
-        # Tagged too (the same argv), inside the namespace, and no longer the main child's.
-        for p in bh.pids_tagged(tag):
-            try:
-                if p != main and ns_pid(p) != p and proc_stat(p)["ppid"] != main and _resident(p) > 100 * MB:
-                    return p
-            except OSError:
-                pass
-        return None
-    stray = wait_for(orphaned_helper, 20, what="the forked helper orphaned, 120 MiB resident")
-    s = samples_go_on(port)
-    assert alive(stray), "a stray that allocated nothing was terminated for pages it shares"
-    held = [x.value for x in s.samples("reaper_stray_memory_bytes")]
-    assert len(held) == 1 and held[0] < 16 * MB, f"its memory is reported as {held}: shared pages counted"
+    stray, s = _shared_helper(tag, main, 100 * MB, port)
     assert s.value("reaper_strays_over_budget", reason="memory") == 0
     assert s.value("reaper_budget_violations_total", action="terminate", reason="memory") is None
     grow.touch()
@@ -705,3 +712,151 @@ def test_a_capped_stray_that_frees_what_it_held_is_never_killed_below_its_budget
     r.send(signal.SIGTERM)
     r.wait()
     assert "OOM killer" not in r.stderr, r.stderr
+
+
+# The main child holds 200 MiB and forks a helper that leaves its parent at once (an
+# orphan sharing those pages copy-on-write, the tag last in its argv); once FREE exists
+# the main child frees its copy: the 200 MiB are the helper's alone, its RSS unmoved.
+COW_LEFT = ("import os, sys, time\n"
+            "free = sys.argv[1]\n"
+            "held = bytearray(200 << 20)\n"
+            "for i in range(0, len(held), 4096): held[i] = 1\n"
+            "if os.fork() == 0:\n"
+            "    if os.fork() == 0:\n"
+            "        time.sleep(600)\n"
+            "    os._exit(0)\n"
+            "os.wait()\n"
+            "while not os.path.exists(free): time.sleep(0.02)\n"
+            "del held\n"
+            "time.sleep(600)\n")
+
+
+@heavy
+@pytest.mark.parametrize("action", ["terminate", "throttle"])
+def test_pages_left_to_a_stray_by_copy_on_write_count_once_the_sharer_frees_them(reaper, tmp_path, action):
+    """Issue 33.3: a stray forked from a job holding 200 MiB holds about nothing of its
+    own at first; once the job frees its copy all 200 MiB are the stray's alone, its RSS
+    unmoved: it is judged over --memory-budget 100M within a sample or two."""
+    from metrics_helpers import start_with_metrics
+
+    if action == "throttle" and bh.own_memory_dir() is None:
+        pytest.skip("needs root and a writable cgroup v1 memory hierarchy")
+    tag, free = bh.marker(), tmp_path / "free"
+    r, port = start_with_metrics(reaper, [PYTHON, "-c", COW_LEFT, str(free), tag],
+                                 ["--memory-budget", "100M", "--budget-action", action, "--grace", "2", *FAST])
+    main = r.main_child()
+    stray, _ = _shared_helper(tag, main, 190 * MB, port)
+    rss = _resident(stray)
+    free.touch()
+    t0 = time.monotonic()
+    wait_for(lambda: not alive(stray), 20, what="the stray, left 200 MiB of its own, to be terminated")
+    took = time.monotonic() - t0
+    assert abs(rss - _resident(main)) > 150 * MB          # the job did free its copy
+    assert took < 5 * SLOW, f"judged {took:.1f}s after the pages became its own"
+    assert alive(main)
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert re.search(r"holds (19\d|20\d) MiB, over --memory-budget 100 MiB: terminate", r.stderr), r.stderr
+
+
+# The main child makes one orphan `sleep` (reaper's memory cgroup for strays is made for
+# it), then, once GO exists, a child of its own starts N `sleep` and exits, so that all N
+# become orphans at once; then, for LIFE seconds, orphans that exit at once, each
+# timed from its parent's end to its reaping (gone from /proc); then it kills the N and
+# writes {"probes", "max_wait"} to OUT once they are gone.
+BURST = ("import json, os, signal, sys, time\n"
+         "go, out, n, life = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])\n"
+         "def orphans(n):\n"
+         "    r, w = os.pipe()\n"
+         "    a = os.fork()\n"
+         "    if a == 0:\n"
+         "        kids = []\n"
+         "        for _ in range(n):\n"
+         "            k = os.fork()\n"
+         "            if k == 0: os.execv('/bin/sleep', ['sleep', '600'])\n"
+         "            kids.append(k)\n"
+         "        os.write(w, ' '.join(map(str, kids)).encode())\n"
+         "        os._exit(0)\n"
+         "    os.close(w)\n"
+         "    data = b''\n"
+         "    while True:\n"
+         "        chunk = os.read(r, 65536)\n"
+         "        if not chunk: break\n"
+         "        data += chunk\n"
+         "    os.close(r)\n"
+         "    os.waitpid(a, 0)\n"
+         "    return [int(x) for x in data.split()]\n"
+         "first = orphans(1)\n"
+         "while not os.path.exists(go): time.sleep(0.02)\n"
+         "burst = first + orphans(n)\n"
+         "end = time.monotonic() + life\n"
+         "waits = []\n"
+         "while time.monotonic() < end:\n"
+         "    r, w = os.pipe()\n"
+         "    a = os.fork()\n"
+         "    if a == 0:\n"
+         "        b = os.fork()\n"
+         "        if b == 0: os._exit(0)\n"
+         "        os.write(w, str(b).encode())\n"
+         "        os._exit(0)\n"
+         "    os.close(w)\n"
+         "    b = int(os.read(r, 32))\n"
+         "    os.close(r)\n"
+         "    os.waitpid(a, 0)\n"
+         "    t0 = time.monotonic()\n"
+         "    while os.path.exists(f'/proc/{b}'): time.sleep(0.001)\n"
+         "    waits.append(time.monotonic() - t0)\n"
+         "    time.sleep(0.01)\n"
+         "for b in burst: os.kill(b, signal.SIGKILL)\n"
+         "while any(os.path.exists(f'/proc/{b}') for b in burst): time.sleep(0.05)\n"
+         "open(out + '.part', 'w').write(json.dumps({'probes': len(waits), 'max_wait': max(waits)}))\n"
+         "os.rename(out + '.part', out)\n"
+         "time.sleep(600)\n")
+
+
+def _leaves(base: str) -> list:
+    """The leaf numbers (m<n>) below a memory cgroup base of reaper's."""
+    try:
+        return [int(e[1:]) for e in os.listdir(base) if e[:1] == "m" and e[1:].isdigit()]
+    except OSError:
+        return []
+
+
+@heavy
+@needs_v1_memory
+def test_a_burst_of_strays_makes_a_bounded_number_of_memory_cgroups_each_sample(reaper, tmp_path):
+    """Issue 33.12: under throttle with a memory budget, 1,000 short-lived orphans at once
+    make at most MAKE_EACH memory cgroups a sample (two samples may fall in one interval
+    on a loaded machine), an orphan exiting meanwhile is reaped promptly, and once the
+    strays are gone their empty cgroups are removed within a few seconds (FREE_MAX kept)."""
+    from conftest import held_cgroups
+    from reaper.budgets import memory_cgroup
+
+    FREE_MAX, MAKE_EACH = memory_cgroup.FREE_MAX, getattr(memory_cgroup, "MAKE_EACH", 32)
+
+    interval = 0.5
+    go, out = tmp_path / "go", tmp_path / "out"
+    r = reaper(["-v", "--memory-budget", "64M", "--budget-action", "throttle", "--budget-grace", "0",
+                "--budget-interval", str(interval), "--", PYTHON, "-c", BURST, str(go), str(out), "1000", "3"])
+    r.wait_ready()
+    base = wait_for(lambda: next(iter(held_cgroups(r.proc.pid)), None), 30,
+                    what="reaper's memory cgroup for strays, made for the first orphan")
+    seen = [(time.monotonic(), max(_leaves(base), default=0))]     # (monotonic, leaves made so far)
+    go.touch()
+    deadline = time.monotonic() + 120 * SLOW
+    while not out.exists():
+        assert time.monotonic() < deadline, "the burst did not end"
+        made = _leaves(base)
+        seen.append((time.monotonic(), max(made, default=0)))
+        time.sleep(0.005)
+    result = __import__("json").loads(out.read_text())
+    most = max(m2 - m1 for i, (t1, m1) in enumerate(seen) for t2, m2 in seen[i:] if t2 - t1 <= interval)
+    assert seen[-1][1] > MAKE_EACH, f"only {seen[-1][1]} memory cgroups made: no burst to bound"
+    assert most <= 2 * MAKE_EACH, f"{most} memory cgroups made within {interval}s (one or two samples)"
+    # reaped between samples: no sample holds the loop for long (old: a second and more)
+    assert result["probes"] > 10 and result["max_wait"] < 0.5 * SLOW, result
+    wait_for(lambda: len(_leaves(base)) <= FREE_MAX, 5 * SLOW,
+             what=f"the empty memory cgroups removed (left: {len(_leaves(base))})")
+    r.send(signal.SIGTERM)
+    r.wait()
+    assert not os.path.exists(base)

@@ -76,6 +76,8 @@ class Book:
         """Lists /proc: the strays found, those gone, the new ones tracked and linked."""
         self.table.refresh(now, self.finder.reapers())
         found = self.finder.find(self.table, self.known)
+        if self.finder.behind:
+            self.schedule.rescan_soon()      # a burst: the rest of its new strays at the next sample
 
         gone, self.late_gone = self.late_gone, []
         for key in self.dormant:
@@ -84,7 +86,8 @@ class Book:
                 self._drop_gone(self.thaw(key), now, gone)
             elif why is not KNOWN:
                 d = self.dormant.get(key)
-                if self.finder.verdict(key) != (d.comm, d.cmdline):
+                comm, cmdline = self.finder.verdict(key)
+                if comm != d.comm or not d.same_cmdline(cmdline):
                     self.thaw(key, "it exec'd")  # judged as a tracked one
         self.scan_boots = (self.scan_boots[1], boot)     # the dormant strays left were seen now
         for key in [k for k in self.tracked if k not in found]:
@@ -298,7 +301,7 @@ class Book:
         a.members.clear()
         t.handle.close()
         self.regroup = True
-        self.schedule.due(a.since, t.key)
+        self.schedule.due(a.since, t.key, was=a)
 
     def remeasured(self, key, rss: int, mem: int | None) -> None:
         """A dormant stray's memory read again."""

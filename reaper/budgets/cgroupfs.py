@@ -137,6 +137,8 @@ def reclaim(d: str) -> bool:
     never had the controller; best effort, never raises."""
     if procs(d):
         return False
+    if memory_charged(d) <= RECLAIMED and page_cache(d) == 0:
+        return True                     # nothing a reclaim would free (a leaf of short-lived strays)
     try:
         if os.path.exists(os.path.join(d, "memory.force_empty")):
             write(os.path.join(d, "memory.force_empty"), "0")

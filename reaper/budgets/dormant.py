@@ -3,10 +3,12 @@
 A tracked stray (lineage.Tracked) costs about 3 KB: its record, its lineage's account,
 each budget kind's state of it, a few points of CPU history. A stray that sleeps alone
 in its lineage needs none of that: its budgets judge nothing of it until its CPU moves.
-So such a stray is kept as one packed record instead, about 110 bytes, by pid (its
+So such a stray is kept as one packed record instead, about 120 bytes, by pid (its
 start time in it: the record of a reused pid is not the new process's): its figures,
-and the number of its verdict (name, command line, why a stray, groups, parent,
-action taken), of which one copy is kept for all the copies of one program.
+a digest of its command line, and the number of its verdict (name, why a stray,
+groups, parent, action taken), of which one copy is kept for all the strays that share
+it. Its command line itself is not kept (read again when it is tracked again): what
+a dormant stray costs does not depend on the command line it chose (issue 33.6).
 
 A stray is dormant from its first sample when it opens a lineage of its own that needs
 nothing more (a plain new stray), or once its lineage, a plain one of one member, rests
@@ -36,12 +38,14 @@ from collections.abc import Iterator
 from _heapq import heappush, heappushpop
 
 from reaper.budgets.lineage import Tracked
-from reaper.budgets.strays import Stray
+from reaper.budgets.strays import Stray, kept_cmdline
+from reaper.procfs.processes import read_cmdline
 from reaper.stats import TOP_STRAYS
 
 # start ticks, verdict number, flags; since, read_at, base, last_cpu, gone_cpu, carried
-# (seconds); rss and private memory (KiB, NONE: unknown); read_boot (ticks, -1: none)
-_PACKED = struct.Struct("<qIB6dIIq")
+# (seconds); rss and private memory (KiB, NONE: unknown); read_boot (ticks, -1: none);
+# the command line's digest (cmdline_digest)
+_PACKED = struct.Struct("<qIB6dIIqQ")
 _START = struct.Struct("<q")
 _HEAD = struct.Struct("<qI")
 NONE = 0xFFFFFFFF
@@ -57,15 +61,25 @@ class Dormant:
         self.key, self.verdict, self.figures = key, verdict, figures
 
     comm = property(lambda self: self.verdict[0])
-    cmdline = property(lambda self: self.verdict[1])
-    reason = property(lambda self: self.verdict[2])
-    groups = property(lambda self: self.verdict[3])
-    ppid = property(lambda self: self.verdict[4])
-    action = property(lambda self: self.verdict[5])
+    reason = property(lambda self: self.verdict[1])
+    groups = property(lambda self: self.verdict[2])
+    ppid = property(lambda self: self.verdict[3])
+    action = property(lambda self: self.verdict[4])
+    digest = property(lambda self: self.figures[12])
+
+    def same_cmdline(self, cmdline: str) -> bool:
+        """cmdline (as strays.Finder keeps it) is the one it had when it fell asleep."""
+        return cmdline_digest(cmdline) == self.digest
     since = property(lambda self: self.figures[3])
     last_cpu = property(lambda self: self.figures[6])
     rss = property(lambda self: _bytes(self.figures[9]))
     mem = property(lambda self: _bytes(self.figures[10]) or 0)
+
+
+def cmdline_digest(cmdline: str) -> int:
+    """What a dormant record keeps of its command line: str's hash (keyed afresh at every
+    start), 64 bits."""
+    return hash(cmdline) & 0xFFFFFFFFFFFFFFFF
 
 
 def _kib(n: int | None) -> int:
@@ -145,10 +159,10 @@ class Records:
         a = t.acct
         flags = ((NEWBORN if t.newborn else 0) | (NICED if t.niced else 0) | (PINNED if t.pinned else 0)
                  | (RESTED if a.use.rate == 0.0 else 0) | (TAIL_COUNTED if t.tail_counted else 0))
-        n = self._number((sys.intern(t.comm), sys.intern(t.cmdline), t.reason, t.groups, t.ppid, t.action))
+        n = self._number((sys.intern(t.comm), t.reason, t.groups, t.ppid, t.action))
         self.by_pid[t.key[0]] = _PACKED.pack(
             t.key[1], n, flags, a.since, t.read_at or 0.0, t.base, t.last_cpu or 0.0, a.gone_cpu, t.carried,
-            _kib(t.rss), _kib(t.use.mem), -1 if t.read_boot is None else t.read_boot)
+            _kib(t.rss), _kib(t.use.mem), -1 if t.read_boot is None else t.read_boot, cmdline_digest(t.cmdline))
 
     def set_memory(self, key, rss: int, mem: int | None) -> None:
         f = list(_PACKED.unpack(self.by_pid[key[0]]))
@@ -174,9 +188,10 @@ class Records:
 def thaw(d: Dormant, handle, kinds: list, seen_boot: int, seen_before: int) -> Tracked:
     """d as a tracked stray again, alone in a lineage as it was: first sight, CPU, flags;
     a lineage that rested has rested (its rate is 0 and one point of history is kept)."""
-    _, _, flags, since, read_at, base, last_cpu, gone_cpu, carried, rss, mem, read_boot = d.figures
+    _, _, flags, since, read_at, base, last_cpu, gone_cpu, carried, rss, mem, read_boot, _ = d.figures
     key = d.key
-    stray = Stray(key[0], key[1], d.ppid, d.comm, d.cmdline, d.reason)
+    # Its command line read again (not kept while it slept); an exec since is the scan's to see.
+    stray = Stray(key[0], key[1], d.ppid, d.comm, sys.intern(kept_cmdline(read_cmdline(key[0]))), d.reason)
     t = Tracked(key, stray, handle, since, kinds, None, d.groups, bool(flags & NEWBORN))
     a = t.acct
     a.since_wall = time.time() - (time.monotonic() - since)

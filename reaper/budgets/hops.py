@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from reaper.budgets.lineage import CLK_TCK, Tracked, read_groups
-from reaper.budgets.strays import Stray
+from reaper.budgets.strays import Stray, kept_cmdline
 from reaper.procfs.processes import read_children, read_cmdline, read_stat
 
 
@@ -99,7 +99,7 @@ def _hop_of(book, pid: int, gone: list, now: float) -> Tracked | None:
     groups = read_groups(*key)
     if key in book.tracked or groups is None or not groups[2]:
         return None
-    cmdline = read_cmdline(pid)
+    cmdline = kept_cmdline(read_cmdline(pid))
     for g in gone:
         if g.groups[:2] == groups[:2] and g.cmdline == cmdline and key[1] >= g.seen_boot:
             return book.track(key, Stray(pid, key[1], st[0], st[2], cmdline, g.reason), now, groups=groups, hop=g)

@@ -79,13 +79,15 @@ def read_groups(pid: int, start: int) -> tuple | None:
 class Usage:
     """CPU time over the window (of one process, or of a lineage), and private memory."""
 
-    __slots__ = ("hist", "rate", "demand", "mem")
+    __slots__ = ("hist", "rate", "demand", "mem", "cow")
 
     def __init__(self) -> None:
         self.hist: list = []             # (t, cpu seconds, run seconds)
         self.rate: float | None = None       # cores used, averaged over the window
         self.demand: float | None = None     # cores it would use if never stopped
         self.mem: int | None = None      # private memory at the last sample, bytes (Handle.private_memory)
+        self.cow = 0                     # what it shares copy-on-write besides (Handle.memory): its own once
+                                         # the sharers free it, its RSS unmoved (reader.Reader.cow_due)
 
     def add(self, now: float, cpu: float, run: float, window: float, interval: float) -> None:
         """A sample: its CPU seconds, and the seconds it was let run since first seen.

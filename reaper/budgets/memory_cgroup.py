@@ -16,19 +16,26 @@ kernel as a dying cgroup, one per stray, which is how a node ends up with tens o
 thousands of them. A leaf whose stray is gone goes back to the pool for the next
 stray (the kernel reclaims the old cache under the new stray's limit as needed);
 at most FREE_MAX wait there, the rest are reclaimed (cgroupfs.reclaim) and
-removed, a few per sample, and at exit all are, reclaimed first (waiting up to EXIT_PATIENCE for the disk).
+removed as they come free (TRIM_TIME of the loop a sample at most: those that hold
+nothing cost a rmdir), and at exit all are, reclaimed first (waiting up to
+EXIT_PATIENCE for the disk). A burst of strays makes at most MAKE_EACH leaves a sample
+(the kind moves the rest in later samples: memory.py): a leaf made costs the loop
+about 0.2 ms, and thousands made at once held reaping for a second (issue 33.12).
 """
 from __future__ import annotations
 
 import errno
 import os
+import time
 
 from reaper.budgets.cgroupfs import Unavailable, close_fd, delegate_v2, dir_in, dying_descendants, make_owned, \
     mount_of, reclaim, remove_tree, rmdir, unwritten, why, write
 from reaper.procfs.cgroups import own_dir
 
 FREE_MAX = 4              # free leaves kept for the next strays
-TRIM_EACH = 2             # free leaves removed per sample at most (each a reclaim, on the loop)
+TRIM_EACH = 2             # free leaves tried per sample at least, whatever the time
+TRIM_TIME = 0.01          # seconds of the loop a sample's removals may take at most (then the next sample)
+MAKE_EACH = 32            # new leaves made per sample at most
 UNWRITTEN_MAX = 8 << 20   # a free leaf with more dirty page cache waits for the flusher before its reclaim
 # Seconds reaper's exit waits at most for its leaves' page cache to be written (and, on v2,
 # the filesystem's journal to commit their metadata: ext4 every 5 s) before it removes them.
@@ -45,6 +52,7 @@ class MemoryCgroup:
         self.in_use: set = set()         # leaves holding a stray
         self.free: list = []             # leaves waiting for the next stray
         self.made = 0                    # leaves made: names m1, m2, ...
+        self.made_now = 0                # ... of them at this sample (MAKE_EACH at most: may_take)
         self.mount = mount_of(parent, version, "memory")   # where /proc/PID/cgroup's paths lie
 
     @classmethod
@@ -132,6 +140,13 @@ class MemoryCgroup:
 
     # --- the pool of leaves ---------------------------------------------------
 
+    def new_sample(self) -> None:
+        self.made_now = 0
+
+    def may_take(self) -> bool:
+        """A leaf can be had at this sample: a free one, or a new one within MAKE_EACH."""
+        return bool(self.free) or self.made_now < MAKE_EACH
+
     def take_leaf(self, limit: int | None) -> str:
         """A leaf for one stray, limited to limit: a free one, else a new one."""
         d = self.free.pop() if self.free else self._new_leaf()
@@ -153,6 +168,7 @@ class MemoryCgroup:
 
     def _new_leaf(self) -> str:
         self.made += 1
+        self.made_now += 1
         d = os.path.join(self.base, f"m{self.made}")
         os.mkdir(d)
         return d
@@ -164,21 +180,23 @@ class MemoryCgroup:
             self.free.append(d)
 
     def trim(self) -> None:
-        """Removes free leaves beyond FREE_MAX, TRIM_EACH at most, each only once its
-        reclaim left nothing charged: cgroup v2's reclaim does not write dirty page
-        cache back (it wakes the flusher, and the next sample's reclaim frees it), and
-        shared memory (tmpfs) cannot be reclaimed without swap; such a leaf waits in the
-        pool rather than linger as a dying cgroup. A leaf with much unwritten page
-        cache is not even reclaimed (v1's reclaim would wait for the disk)."""
-        removed = 0
-        for d in list(self.free):
-            if len(self.free) <= FREE_MAX or removed >= TRIM_EACH:
+        """Removes free leaves beyond FREE_MAX, as many as TRIM_TIME allows (TRIM_EACH
+        tried at least), each only once its reclaim left nothing charged: cgroup v2's
+        reclaim does not write dirty page cache back (it wakes the flusher, and the next
+        sample's reclaim frees it), and shared memory (tmpfs) cannot be reclaimed
+        without swap; such a leaf waits in the pool rather than linger as a dying
+        cgroup. A leaf with much unwritten page cache is not even reclaimed (v1's
+        reclaim would wait for the disk)."""
+        if len(self.free) <= FREE_MAX:
+            return
+        end = time.monotonic() + TRIM_TIME
+        for n, d in enumerate(list(self.free)):
+            if len(self.free) <= FREE_MAX or (n >= TRIM_EACH and time.monotonic() >= end):
                 return
             if unwritten(d) > UNWRITTEN_MAX:
                 continue
             if reclaim(d) and rmdir(d):
                 self.free.remove(d)
-                removed += 1
 
     def live(self) -> int:
         """The cgroups reaper holds here: the base and every leaf."""

@@ -9,7 +9,10 @@ again (Book.judge_exec); one that finds it gone drops it (Book.lose). Every dorm
 stray is read at a sweep and every pulse.QUIET_MAX seconds (read_dormant). The CPU of
 strays that no sample read is counted from what reaper reaped (reaped.py).
 
-Private memory is read exactly (smaps_rollup) above the kinds' exact_above threshold.
+Private memory is read exactly (smaps_rollup) above the kinds' exact_above threshold,
+and read again, its RSS unmoved, where a stray shares more than the kinds' cow_above
+copy-on-write: when the process it shares with frees its copy, those pages are the
+stray's alone and nothing it shows moves (issue 33.3; cow_due).
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from reaper.procctl import Gone, Handle, NotPermitted
 from reaper.procfs.processes import CLK_TCK, read_counters
 
 KEPT_MAX = 64            # main-tree processes read each sample to explain the cgroup's CPU
+# Bytes of strays sharing copy-on-write whose private memory is read again per sample:
+# a smaps_rollup read walks the page tables, about 10 ms a GiB. More are spread over samples.
+COW_READ_MAX = 1 << 30
 
 
 class Reader:
@@ -31,6 +37,11 @@ class Reader:
         self.reaped = reaped                     # reaped.ReapedCPU where reaper reaps the orphans
         # Private memory above this is read exactly (Kind.exact_above: the memory budget's).
         self.exact_above = next((x for x in (k.exact_above() for k in kinds) if x is not None), None)
+        # A stray sharing more than this copy-on-write is read again each sample (Kind.cow_above).
+        self.cow_above = next((x for x in (k.cow_above() for k in kinds) if x is not None), None)
+        self.cow_seq = 0                         # the sample cow_bytes counts
+        self.cow_bytes = 0                       # RSS of the sharers met at that sample
+        self.cow_period = 1                      # samples the sharers' reads are spread over
         self.kept: dict = {}                     # (pid, start) -> CPU ticks: main-tree processes read each sample
         self.dormant_read = now                  # when every dormant stray was last read
 
@@ -125,13 +136,18 @@ class Reader:
             return 0.0
         if c.comm != t.comm and not self.book.judge_exec(key, t, c.comm, now):
             return 0.0
-        if c.rss != t.rss:
-            t.rss = c.rss
+        cow = c.rss == t.rss and self.cow_due(t)
+        if c.rss != t.rss or cow:
+            mem = t.use.mem
             try:
-                t.use.mem = t.handle.private_memory(exact_above=self.exact_above)
+                # A sharer's exact figure at once (its statm counts what it shares).
+                t.use.mem, unshared = t.handle.memory(exact_above=0 if cow else self.exact_above)
+                t.use.cow = unshared - t.use.mem
             except (Gone, OSError):
-                t.use.mem = None                # gone: dropped at the next sample
-            self.book.changed()
+                t.use.mem, t.use.cow = None, 0  # gone: dropped at the next sample
+            if c.rss != t.rss or t.use.mem != mem:
+                self.book.changed()
+            t.rss = c.rss
         cpu = c.cpu / CLK_TCK
         if t.last_cpu is None:
             # A stray born since the last sample has used nothing but as one (0 at its fork).
@@ -154,6 +170,20 @@ class Reader:
         if moved or last == 0:
             self.schedule.wake(t.acct)
         return used if last == seq - 1 else 0.0
+
+    def cow_due(self, t) -> bool:
+        """t shares more than cow_above copy-on-write: its private memory is read again,
+        its RSS unmoved (a sharer may have freed its copy). At every sample, or once in
+        as many samples as the sharers' RSS together needs COW_READ_MAX per sample."""
+        floor = self.cow_above
+        if floor is None or t.use.cow <= floor:
+            return False
+        seq = self.schedule.seq
+        if seq != self.cow_seq:
+            self.cow_period = max(1, -(-self.cow_bytes // COW_READ_MAX))
+            self.cow_seq, self.cow_bytes = seq, 0
+        self.cow_bytes += t.rss or 0
+        return (seq + t.key[0]) % self.cow_period == 0
 
     def count_waited(self, a) -> None:
         """The CPU of the children a's members waited for that no read counted (reaped.waited),
@@ -185,14 +215,20 @@ class Reader:
 
     def _remeasure(self, d, rss: int) -> None:
         """A dormant stray's private memory, read again because its RSS moved; one now
-        over its memory budget is tracked again, to be judged."""
+        over its memory budget, or sharing more than cow_above copy-on-write, is tracked
+        again, to be judged (and read every sample while it shares)."""
         try:
-            mem = Handle.unchecked(*d.key).private_memory(exact_above=self.exact_above)
+            mem, unshared = Handle.unchecked(*d.key).memory(exact_above=self.exact_above)
         except (Gone, OSError):
-            mem = None
+            mem = unshared = None
         self.book.remeasured(d.key, rss, mem)
-        if mem is not None and self.cfg.memory_budget is not None and mem > self.cfg.memory_budget:
-            self.schedule.wake(self.book.thaw(d.key, "over its memory budget").acct)
+        if mem is None or unshared is None:
+            return
+        over = self.cfg.memory_budget is not None and mem > self.cfg.memory_budget
+        if over or (self.cow_above is not None and unshared - mem > self.cow_above):
+            t = self.book.thaw(d.key, "over its memory budget" if over else "it shares much copy-on-write")
+            t.use.cow = unshared - mem
+            self.schedule.wake(t.acct)
 
     def count_reaped(self, rescan: bool) -> None:
         """What reaper reaped of strays that no sample read (reaped.py)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 
 # _heapq: heapq's C functions without heapq.py (its pure-Python fallbacks cost PID 1 memory).
-from _heapq import heappop, heappush
+from _heapq import heapify, heappop, heappush
 
 from reaper.budgets import dormant, pulse
 
@@ -37,8 +37,9 @@ class Schedule:
         self.swept = True                        # this sample reads every stray
         self.awake: dict = {}                    # id(account) -> account: its members read every sample
         self.resting: deque = deque()            # (due, key): sleeping strays, read by QUIET_MAX at the latest
-        # (kind, heap of (when due, n, account or dormant key)) of each kind with a timer (Kind.due)
-        self.timers = [(kind, []) for kind in kinds if kind.timed]
+        # (kind, heap of [when due, n, account or dormant key], lineage -> its one entry) of
+        # each kind with a timer (Kind.due): one entry per lineage however often it sleeps
+        self.timers = [(kind, [], {}) for kind in kinds if kind.timed]
         self.due_n = 0                           # tie-breaker of the timers' entries
         self.fresh: list = []                    # strays tracked since the last sample: read at once
         self.judge_all = any(kind.judges_all() for kind in kinds)   # a budget of all strays together
@@ -123,20 +124,54 @@ class Schedule:
                               f"({self.pulse.file or 'not readable: at every sample'}), "
                               f"or every {pulse.QUIET_MAX:g}s", "debug")
 
-    def due(self, since: float, what, now: float | None = None) -> None:
+    def due(self, since: float, what, now: float | None = None, was=None) -> None:
         """what (an account, or a dormant stray's key), first seen at since, is judged when
-        each timed kind says (Kind.due); at now, by those not due yet."""
-        for kind, h in self.timers:
-            if now is None or not kind.past_due(since, now):
+        each timed kind says (Kind.due); at now, by those not due yet. One entry per
+        lineage and timer however often it falls asleep (a lineage that naps every few
+        seconds for a week must not push one each time, issue 33.7): a lineage queued
+        already has its entry point at what it is now; was: the account a dormant stray
+        slept from (its entry is the stray's now)."""
+        ident = _lineage(what)
+        for kind, h, queued in self.timers:
+            e = queued.get(ident)
+            if e is None and was is not None and was is not what:
+                e = queued.get(_lineage(was))
+                if e is not None and e[2] is was:
+                    del queued[_lineage(was)]
+                else:
+                    e = None
+            if e is not None:
+                e[2] = what
+                queued[ident] = e
+            elif now is None or not kind.past_due(since, now):
                 self.due_n += 1
-                heappush(h, (kind.due(since), self.due_n, what))
+                e = [kind.due(since), self.due_n, what]
+                heappush(h, e)
+                queued[ident] = e
+
+    def _prune_timers(self) -> None:
+        """The entries of lineages gone before they came due are let go, once they are
+        most of a heap (wake_due): each stays within twice the strays known."""
+        book = self.book
+        limit = 2 * (len(book.tracked) + len(book.dormant)) + AGE_SLACK
+        for i, (kind, h, queued) in enumerate(self.timers):
+            if len(h) <= limit:
+                continue
+            keep = [e for e in h if queued.get(_lineage(e[2])) is e
+                    and (e[2] in book.dormant if isinstance(e[2], tuple) else bool(e[2].members))]
+            heapify(keep)
+            self.timers[i] = (kind, keep, {_lineage(e[2]): e for e in keep})
 
     def wake_due(self, now: float) -> None:
         """The sleeping lineages a timed kind must judge now (or about to): woken."""
+        self._prune_timers()
         soon = now + self.cfg.budget_interval
-        for kind, h in self.timers:
+        for kind, h, queued in self.timers:
             while h and h[0][0] <= soon:
-                a = heappop(h)[2]
+                e = heappop(h)
+                a = e[2]
+                if queued.get(_lineage(a)) is e:
+                    del queued[_lineage(a)]
                 if isinstance(a, tuple):
                     if a not in self.book.dormant:
                         continue
@@ -173,7 +208,7 @@ class Schedule:
             return False
         if a.duty is not None or a.terminated():
             return False
-        for kind, _ in self.timers:
+        for kind, _, _ in self.timers:
             if kind.past_due(a.since, now):
                 return False
         for kind in self.kinds:
@@ -183,3 +218,12 @@ class Schedule:
             if t.term_at is not None or t.cycled or t.read_at != now or (self.cpus is not None and not t.pinned):
                 return False
         return True
+
+
+AGE_SLACK = 64           # entries of gone lineages tolerated in a timer's heap before it is pruned
+
+
+def _lineage(what) -> tuple:
+    """What names a lineage in the timers' heaps: a dormant stray's key, else its account's
+    root (a dormant stray thawed is alone in a lineage whose root is its key)."""
+    return what if isinstance(what, tuple) else what.root

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import namedtuple
 
 from reaper.budgets.ray import UNDECIDED, RayProcesses
@@ -27,6 +28,16 @@ from reaper.procfs.processes import Proc, ProcTable, read_cmdline, read_comm, re
 RAY_IDLE = "ray::IDLE"
 KNOWN = None             # find(): a stray the enforcer keeps, its verdict unchanged
 REJUDGE_EVERY = 300.0    # seconds: a stray's command line is read again at least this often
+# New processes judged per find: JUDGE_EACH at least, more while JUDGE_TIME lasts (each
+# reads /proc and may ask ray.py: about 0.2 ms, more on a loaded node). A burst of
+# thousands is taken over a few samples, the loop free to reap between them (issue
+# 33.12); the rest are judged at the next scans (behind).
+JUDGE_EACH = 128
+JUDGE_TIME = 0.05
+# Characters of a command line reaper keeps of a stray (its verdict, its lineage's hop rule):
+# a longer one is kept as its start and a digest of the whole, so that what reaper holds per
+# stray never depends on what the stray chooses (reaper reads up to 8 KB; issue 33.6).
+CMDLINE_KEPT = 256
 
 
 class Stray(namedtuple("Stray", "pid start ppid comm cmdline reason")):
@@ -48,6 +59,7 @@ class Finder:
         self.forgotten: set = set()      # keys seen to exec since the last scan: judged afresh
         self.full_at = float("-inf")     # the table's full read these verdicts date from
         self.kept = None                 # the processes of the trees reaper keeps, at the last find
+        self.behind = False              # the last find left new processes to judge (JUDGE_EACH)
 
     @property
     def watch(self) -> bool:
@@ -114,6 +126,8 @@ class Finder:
         judged, self.judged = self.judged, {}
         forgotten, self.forgotten = self.forgotten, set()
         rejudge = table.last_full - self.full_at >= REJUDGE_EVERY
+        fresh, self.behind = 0, False    # new processes judged by this find (JUDGE_EACH, JUDGE_TIME)
+        until = time.monotonic() + JUDGE_TIME
         if rejudge:
             # Every verdict afresh now and then: an exec that keeps the name (exec -a, the
             # same program) or a new argv is seen within REJUDGE_EVERY.
@@ -128,6 +142,11 @@ class Finder:
                 continue
             seen = None if key in forgotten else judged.get(key)
             if seen is None or seen[0] != p.comm:
+                if known is None or key not in known:
+                    if fresh >= JUDGE_EACH and time.monotonic() >= until:
+                        self.behind = True       # new: judged at a later scan
+                        continue
+                    fresh += 1
                 seen = self._judge(pid, p)
                 if seen is None:         # UNDECIDED (ray.py): no verdict, no action; asked again next scan
                     continue
@@ -176,12 +195,21 @@ class Finder:
             return None if kind is UNDECIDED else (p.comm, None, "")
         self.ray.cache.pop((pid, p.start), None)    # not Ray's: judged holds that (a few bytes a stray)
         # One copy of a command line and a name: thousands of copies of one program share it.
-        return p.comm, sys.intern(cmd), sys.intern(read_comm(pid) or p.comm)
+        return p.comm, sys.intern(kept_cmdline(cmd)), sys.intern(read_comm(pid) or p.comm)
 
     def forget(self, key) -> None:
         """key was seen to exec (or rename itself): judged afresh at the next scan."""
         self.judged.pop(key, None)
         self.forgotten.add(key)
+
+
+def kept_cmdline(cmd: str) -> str:
+    """What reaper keeps of a command line: itself up to CMDLINE_KEPT characters, else its
+    start and a digest of the whole (str's hash: keyed afresh at every start, so no
+    process can make two command lines that match here on purpose)."""
+    if len(cmd) <= CMDLINE_KEPT:
+        return cmd
+    return f"{cmd[:CMDLINE_KEPT - 20]}...#{hash(cmd) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def _compiled(patterns) -> list:

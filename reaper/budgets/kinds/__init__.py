@@ -153,6 +153,12 @@ class Kind:
         """Private memory above this is read exactly (procctl.Handle.private_memory)."""
         return None
 
+    def cow_above(self) -> int | None:
+        """A stray sharing more than this copy-on-write has its private memory read again
+        at every sample (it becomes its own without its RSS moving when the sharers free
+        it), and its lineage stays awake."""
+        return None
+
     def judge(self, now: float) -> None:
         """One sample, after the measures: who is over, and the response."""
 

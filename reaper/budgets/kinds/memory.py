@@ -7,13 +7,15 @@ what its members hold together. A lineage past its --budget-grace is over
 --memory-budget-total together are over it, the biggest lineages first until the rest
 fit (biggest_first).
 
-The response: observe and nice as for CPU; throttle moves a stray, when first seen,
-into a memory cgroup of reaper's own (memory_cgroup.py) whose limit is its budget: the
-kernel caps what it allocates from then on, and a stray whose private memory is over
-its budget in all (what it held before the move included) is terminated, as is one no
-cgroup holds (found over it, no memory cgroup, reaper watch); terminate sends SIGTERM
-at the first sample past the grace that sees it over. A stray the kernel's OOM killer
-ends inside its cgroup is said and counted (oom_kill).
+The response: observe and nice as for CPU; throttle moves a stray, when first seen
+(a burst: memory_cgroup.MAKE_EACH new cgroups a sample, the biggest strays first, the
+others awake until their turn), into a memory cgroup of reaper's own
+(memory_cgroup.py) whose limit is its budget: the kernel caps what it allocates from
+then on, and a stray whose private memory is over its budget in all (what it held
+before the move included) is terminated, as is one no cgroup holds (found over it, no
+memory cgroup, reaper watch); terminate sends SIGTERM at the first sample past the
+grace that sees it over. A stray the kernel's OOM killer ends inside its cgroup is
+said and counted (oom_kill).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 
 from reaper.budgets.kinds import Kind as _Kind
 from reaper.budgets.lineage import who
-from reaper.budgets.memory_cgroup import MemoryCgroup
+from reaper.budgets.memory_cgroup import MAKE_EACH, MemoryCgroup
 from reaper.procctl import Gone
 from reaper.budgets.throttle import Unavailable
 
@@ -80,11 +82,24 @@ class Kind(_Kind):
 
     def busy(self, acct: Any) -> bool:
         s = acct.kinds.get("memory")
-        return s is not None and bool(s.over or s.leaf)
+        if s is not None and not s.tried and self.act.level == self.act.THROTTLE:
+            return True                  # awake until its turn for a memory cgroup (a burst: _confine)
+        return s is not None and bool(s.over or s.leaf or self._sharing(acct))
 
     def exact_above(self) -> "int | None":
         budget: int | None = self.cfg.memory_budget
         return budget
+
+    def cow_above(self) -> "int | None":
+        """A quarter of the smallest memory budget (as pulse.py's memory trigger): a stray
+        sharing that much copy-on-write is read every sample (issue 33.3)."""
+        budgets = [b for b in (self.cfg.memory_budget, self.cfg.memory_budget_total) if b is not None]
+        return min(budgets) // 4 if budgets else None
+
+    def _sharing(self, a: Any) -> bool:
+        """A member shares enough copy-on-write to go over without its RSS moving."""
+        floor = self.cow_above()
+        return floor is not None and any(t.use.cow > floor for t in a.members.values())
 
     def judge(self, now: float) -> None:
         """Judges what each lineage holds in all (its members' private memory), inside its
@@ -94,10 +109,12 @@ class Kind(_Kind):
         live = [a for a in self.sample.lineages()
                 if any(t.use.mem is not None and t.refused is None for t in a.members.values())]
         held = {id(a): self._held(a) for a in live}
+        if self.cgroup is not None:
+            self.cgroup.new_sample()
         if act.level == act.THROTTLE:
-            for a in live:
-                if not a.kinds["memory"].tried:
-                    self._confine(a, held[id(a)])
+            # The biggest first: a burst of new strays is moved MAKE_EACH new leaves a sample.
+            for a in sorted((a for a in live if not a.kinds["memory"].tried), key=lambda a: -held[id(a)]):
+                self._confine(a, held[id(a)])
         past = [a for a in live if now - a.since >= cfg.budget_grace]
         over_one, over_all = set(), set()
         if cfg.memory_budget is not None:
@@ -145,9 +162,11 @@ class Kind(_Kind):
         for t in a.members.values():
             if t.use.mem is not None and t.refused is None:
                 try:
-                    t.use.mem = t.handle.private_memory(exact_above=0)
+                    mem = t.handle.private_memory(exact_above=0)
                 except (Gone, OSError):
-                    pass
+                    continue
+                t.use.cow = max(0, t.use.cow + t.use.mem - mem)   # what it shares is what it may come to hold
+                t.use.mem = mem
         return self._held(a)
 
     # --- the cap (throttle) ------------------------------------------------------------
@@ -193,6 +212,11 @@ class Kind(_Kind):
             return
         mc = self._memory_cgroup()
         if mc is None:
+            return
+        if not mc.may_take():
+            s.tried = False              # its turn at a later sample: a burst makes MAKE_EACH leaves a sample
+            act.once("memory-burst", f"many new strays at once: moved into memory cgroups {MAKE_EACH} new "
+                                     "ones a sample at most, the biggest first", "debug")
             return
         leaf = None
         try:
@@ -271,11 +295,14 @@ class Kind(_Kind):
                               f"memory cgroup (its budget: {size(self.cfg.memory_budget)})")
 
     def done_with(self, a: Any) -> bool:
-        """A member over its budget is judged once its grace ends; throttle moves every
-        lineage into a memory cgroup when first judged (_confine)."""
+        """A member over its budget is judged once its grace ends; one sharing much
+        copy-on-write is read every sample; throttle moves every lineage into a memory
+        cgroup when first judged (_confine)."""
         budget = self.cfg.memory_budget
         if budget is not None and any((t.use.mem or 0) > budget for t in a.members.values()):
             return False
+        if self._sharing(a):
+            return False                 # read every sample while it shares that much (busy)
         return self.act.level != self.act.THROTTLE or a.kinds["memory"].tried
 
     def judges_all(self) -> bool:
