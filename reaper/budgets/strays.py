@@ -22,6 +22,7 @@ import sys
 import time
 from collections import namedtuple
 
+from reaper import scope as scopes
 from reaper.budgets.ray import UNDECIDED, RayProcesses
 from reaper.procfs.processes import Proc, ProcTable, read_cmdline, read_comm, read_stat
 
@@ -84,11 +85,10 @@ class Finder:
             visible = None               # the whole namespace
             roots = [p.pid for p in procs.values() if p.ppid == 1 and p.pid != me]
         else:
-            keep = [self.scope.main_pid, *self.scope.supervised]
-            kept = table.descendants([k for k in keep if k is not None])
+            kept = scopes.kept(self.scope, procs, table.children)
             self.kept = kept
             # As PID 1 the namespace is reaper's; as a subreaper, only its descendants.
-            visible = None if self.scope.is_pid1 else table.descendants([me])
+            visible = None if self.scope.is_pid1 else scopes.members(self.scope, procs, table.children)
             roots = [c for c in table.children.get(me, ()) if c not in kept]
         # A real raylet is named raylet (its comm comes from its executable); the
         # name only picks the candidates, the executable decides.
