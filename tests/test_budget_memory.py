@@ -860,3 +860,5 @@ def test_a_burst_of_strays_makes_a_bounded_number_of_memory_cgroups_each_sample(
     r.send(signal.SIGTERM)
     r.wait()
     assert not os.path.exists(base)
+    # The burst's orphans were killed, not escaping: a dying process's cgroup is no escape.
+    assert "cgroup" not in "".join(line for line in r.stderr.splitlines(True) if "moved back" in line), r.stderr

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from reaper.budgets.lineage import who
 from reaper.procctl import Gone
+from reaper.procfs.processes import exiting
 
 ESCAPES_MAX = 3          # escapes of one lineage from one cgroup before it is held without it
 
@@ -53,6 +54,8 @@ def _hold(book, act, prev_sample, a, kind, d: str, now: float) -> None:
             t.placed[kind.reason] = d
             kind.placed(t, moved=False)      # a fork born inside is held like its lineage
             continue
+        if exiting(t.key[0]):
+            continue                     # a dying process's cgroup is the kernel's teardown, not an escape
         # Seen inside before (a child forked inside counts as seen: lineage.py), then
         # elsewhere: it left. A member never seen inside is only put in.
         escaped = t.placed.get(kind.reason) == d

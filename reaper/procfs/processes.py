@@ -73,6 +73,22 @@ def read_stat(pid: int) -> tuple | None:
         return None
 
 
+PF_EXITING = 0x4                 # the kernel's task flag: do_exit() has begun
+
+
+def exiting(pid: int) -> bool:
+    """pid is gone, a zombie, or on its way out (PF_EXITING): its cgroup and its figures
+    are the kernel's tearing down, not its own doing."""
+    st = stat_fields(pid, maxsplit=7)
+    if st is None:
+        return True
+    f = st[1]
+    try:
+        return f[0] in (b"Z", b"X", b"x") or bool(int(f[6]) & PF_EXITING)
+    except (IndexError, ValueError):
+        return False
+
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
