@@ -22,6 +22,11 @@ import pytest
 REAPER = str(Path(sys.executable).with_name("reaper")) if Path(sys.executable).with_name("reaper").exists() \
     else shutil.which("reaper")
 PYTHON = sys.executable
+# Ray >= 2.52 turns token authentication on for a new local cluster (ray.init() without an
+# address) and leaves the token in ~/.ray/auth_token; every `ray start` after it then
+# demands the token that the drivers of other tests do not send. The suite's Ray runs
+# are local and short-lived: authentication off, for all of them, whatever ran before.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The nice value the suite runs at (`nice -n 10 pytest`): what a process it starts has,
