@@ -378,6 +378,13 @@ def test_ctrl_z_and_bg_leaves_the_terminal_to_the_shell(tmp_path):
     """docs/reaper.md: continued by `bg`, reaper continues its child's group and leaves
     the terminal to the shell (it gives it back only on `fg`)."""
     ticks = tmp_path / "ticks"
+    # The ticker never forks: a shell loop's `sleep` is started by vfork (dash), and a
+    # ^Z that stops the vforked child before its exec leaves the shell waiting in the
+    # kernel for it, never stopped: no parent, bash or reaper, would see the job stop.
+    ticker = tmp_path / "ticker"         # its process name (comm): "ticker"
+    ticker.write_text(f"#!{PYTHON}\nimport time\nwhile True:\n    open({str(ticks)!r}, 'a').write('x')\n"
+                      "    time.sleep(0.05)\n")
+    ticker.chmod(0o755)
 
     def count() -> int:
         return len(ticks.read_text()) if ticks.exists() else 0
@@ -385,8 +392,8 @@ def test_ctrl_z_and_bg_leaves_the_terminal_to_the_shell(tmp_path):
     with InteractiveBash(b"PROMPT-7> ") as bash:
         master = bash.master
         bash.expect(bash.prompt)
-        bash.write(f"{REAPER} -- sh -c 'while :; do echo >> {ticks}; sleep 0.05; done'\n".encode())
-        child = wait_for(lambda: bash.named("sh"), 20, what="the ticker to run")
+        bash.write(f"{REAPER} -- {ticker}\n".encode())
+        child = wait_for(lambda: bash.named("ticker"), 20, what="the ticker to run")
         wait_for(lambda: os.tcgetpgrp(master) == os.getpgid(child), what="the ticker in the foreground")
         bash.write(b"\x1a")                     # ^Z
         bash.expect(bash.prompt)
