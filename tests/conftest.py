@@ -425,11 +425,11 @@ class Reaper:
             self.stdout = self.stderr = "(a survivor held reaper's pipes open)"
 
 
-STRAY_CGROUP = re.compile(r"(/sys/fs/cgroup/\S*?/reaper-strays\.[0-9a-f]+)")
+STRAY_CGROUP = re.compile(r"(/sys/fs/cgroup/\S*?/reaper-(?:strays|leftovers)\.[0-9a-f]+)")
 
 
 def held_cgroups(root: int) -> set:
-    """The reaper-strays.* cgroups a reaper at or below host pid root holds: reaper keeps
+    """The reaper-strays.* and reaper-leftovers.* cgroups a reaper at or below host pid root holds: reaper keeps
     each one's directory open (its owner's lock, budgets/cgroupfs.py) while it lives,
     so they are found whatever it logged."""
     found = set()

@@ -5,14 +5,13 @@ reaper, PID 1 of a fresh namespace, ends the rank before the next run starts
 tests/test_leftovers_ray.py's."""
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import time
 
 import pytest
 
-from conftest import PYTHON, alive, proc_stat, py, wait_for, wait_for_file
+from conftest import PYTHON, alive, held_cgroups, proc_stat, py, wait_for, wait_for_file
 import budget_helpers as bh
 import leftovers_helpers as lh
 
@@ -54,8 +53,8 @@ def test_end_kills_a_term_ignoring_forker_after_the_grace_without_a_survivor(rea
     assert time.monotonic() - term >= 0.9            # the grace was given
     assert not alive(rank)
     assert not lh.marked(tmp_path, "rank-1"), "a fork of the leftover survived"
-    ns = os.stat(f"/proc/{r.pid}/ns/pid").st_ino
-    assert not glob.glob(f"/sys/fs/cgroup/*/reaper-leftovers.{ns}.*"), "the end's cgroup was left behind"
+    # reaper lets an end's cgroup's lock go only once the directory is gone.
+    assert not held_cgroups(r.pid), "the end's cgroup was left behind"
     err = stop(r)
     line = next(x for x in err.splitlines() if "leftovers of service svc" in x)
     assert "SIGKILL to" in line and "after the grace" in line, line
@@ -166,3 +165,39 @@ def test_gpu_memory_without_nvml_says_why_once_and_the_end_goes_on(reaper, tmp_p
     assert wait_for_file(tmp_path / "run-2.prev", timeout=15) == "gone"
     err = stop(r)
     assert err.count("--gpu-memory:") == 1 and "GPU memory is not read" in err, err
+
+
+def test_a_reaper_killed_in_an_end_leaves_its_cgroup_to_the_next_one(reaper, tmp_path):
+    """reaper SIGKILLed while an end's cgroup holds a leftover (a TERM-ignoring rank in
+    its grace): the cgroup stays, its owner's lock gone with reaper; the next reaper with
+    leftovers on removes it at start. Both run in a cgroup of this test's own, so that
+    no other test's reaper takes the stale one first."""
+    from conftest import remove_cgroup
+    from reaper.procfs.cgroups import own_dir
+
+    found = own_dir("")
+    if found is None or found[0] != 2 or not os.access(found[1], os.W_OK):
+        pytest.skip("no writable cgroup v2 hierarchy here (the end's cgroup is v2's cgroup.kill)")
+    box = os.path.join(found[1], f"reaper-test-box.{os.getpid()}.{time.monotonic_ns()}")
+    os.mkdir(box)
+
+    def into_box() -> None:
+        with open(os.path.join(box, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    try:
+        first = reaper(["--leftovers", "end", "--leftover-grace", "60", "--restart-delay", "0.1",
+                        "--service", service(tmp_path, 1.5, "ignore-term"), "--", *MAIN], preexec_fn=into_box)
+        wait_for_file(tmp_path / "rank-1.term", timeout=15)
+        (stale,) = wait_for(lambda: [d for d in held_cgroups(first.pid) if "/reaper-leftovers." in d], 10,
+                            what="the end's cgroup")
+        assert os.path.dirname(stale) == box and lh.marked(tmp_path, "rank-1")
+        first.proc.kill()                   # unshare --kill-child: reaper and its namespace die
+        first.proc.wait(10)
+        wait_for(lambda: not lh.marked(tmp_path, "rank-1"), 10, what="the namespace gone")
+        assert os.path.isdir(stale), "the killed reaper's cgroup went without a cleaner"
+        second = reaper(["-v", "--leftovers", "report", "--", *MAIN], preexec_fn=into_box)
+        wait_for(lambda: not os.path.exists(stale), 10, what="the stale cgroup removed")
+        err = stop(second)
+        assert f"removed 1 leftover cgroup(s) left by reapers that are gone: {stale}" in err, err
+    finally:
+        remove_cgroup(box)

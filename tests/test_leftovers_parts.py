@@ -309,3 +309,63 @@ def test_born_and_orphaned_between_two_samples_is_an_unknown_owners_in_its_job()
     said = dict((who, pids) for who, pids in out["ended"])
     assert said == {"an unknown owner (job 02000000)": [out["a"]], "an unknown owner (unknown job)": [out["b"]]}, out
     assert out["quiet"] == [], out
+
+
+CREATOR = """
+import os, sys, time
+from reaper.leftovers import mechanisms
+c = mechanisms.Cgroups(1, sys.argv[1])
+d = c.make()
+with open(os.path.join(d, "cgroup.procs"), "w") as f:
+    f.write(sys.argv[2])
+with open(os.path.join(d, "freezer.state"), "w") as f:
+    f.write("FROZEN")
+print(d, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_stale_frozen_end_cgroup_is_thawed_kept_while_it_holds_and_removed_after(tmp_path):
+    """A reaper killed between FROZEN and THAWED (cgroup v1 freezer): while it lives its
+    cgroup is never touched; once it is gone, the next cleaner thaws the cgroup (what it
+    holds runs again), keeps it while it holds a process, removes it after, and leaves
+    the budgets' reaper-strays.* alone."""
+    from conftest import PYTHON, remove_cgroup, wait_for
+    from reaper.budgets import cleanup
+    from reaper.budgets.cgroupfs import make_owned
+    from reaper.leftovers import mechanisms
+    from reaper.procfs.cgroups import own_dir
+
+    found = own_dir("freezer")
+    if found is None or found[0] != 1 or not os.access(found[1], os.W_OK):
+        pytest.skip("no writable cgroup v1 freezer hierarchy here")
+    box = os.path.join(found[1], f"reaper-test-box.{os.getpid()}.{time.monotonic_ns()}")
+    os.mkdir(box)
+    held = subprocess.Popen(["sleep", "600"])
+    creator = subprocess.Popen([PYTHON, "-c", CREATOR, box, str(held.pid)], stdout=subprocess.PIPE, text=True)
+    strays = None
+    try:
+        d = creator.stdout.readline().strip()
+        assert os.path.dirname(d) == box and os.path.basename(d).startswith(mechanisms.PREFIX), d
+        assert mechanisms.members(d) == [held.pid]
+        strays, fd = make_owned(box)         # a budgets' directory whose creator is gone too
+        os.close(fd)
+        assert cleanup.remove_stale([box], mechanisms.PREFIX) == ([], [])     # its creator lives
+        assert open(os.path.join(d, "freezer.state")).read().strip() == "FROZEN"
+
+        creator.kill()
+        creator.wait()
+        assert cleanup.remove_stale([box], mechanisms.PREFIX) == ([], [d])   # held: thawed, kept
+        assert open(os.path.join(d, "freezer.state")).read().strip() == "THAWED"
+        wait_for(lambda: open(f"/proc/{held.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "S", 10,
+                 what="the held process running again")
+        held.kill()
+        held.wait()
+        wait_for(lambda: cleanup.remove_stale([box], mechanisms.PREFIX) == ([d], []), 10,
+                 what="the emptied stale cgroup removed")
+        assert not os.path.exists(d) and os.path.isdir(strays)
+    finally:
+        for p in (creator, held):
+            p.kill()
+            p.wait()
+        remove_cgroup(box)

@@ -1,7 +1,8 @@
 """What the cgroup caps (cpu, memory) share: the mounted hierarchies, reaper's own
 cgroups in them, and the directories reaper makes there.
 
-Every directory reaper makes is named ``reaper-strays.<random>`` and is *owned*:
+Every directory reaper makes is named ``reaper-strays.<random>`` (the leftovers'
+ends: ``reaper-leftovers.<random>``) and is *owned*:
 reaper holds an exclusive flock(2) on it for as long as it lives. The kernel drops
 the lock when the holder dies, SIGKILL included, so "its creator is gone" is
 decided by the lock alone, whatever PID namespace, container or pid the creator
@@ -73,16 +74,17 @@ def lock(fd: int) -> bool:
         raise
 
 
-def make_owned(parent: str) -> tuple:
-    """(path, fd): a new reaper-strays.<random> directory under parent, locked by
-    this process through fd (close fd only after removing the directory).
+def make_owned(parent: str, prefix: str = PREFIX) -> tuple:
+    """(path, fd): a new <prefix><random> directory under parent (reaper-strays. by
+    default; reaper-leftovers. for the leftovers' ends), locked by this process
+    through fd (close fd only after removing the directory).
 
     A cleaner in another reaper may take the lock of a brand-new directory in the
     instant before its creator does, find it empty and remove it: so the creator
     retries (a new name) until it holds the lock of a directory that still exists.
     Raises OSError when mkdir fails."""
     for _ in range(5):
-        path = os.path.join(parent, PREFIX + os.urandom(4).hex())
+        path = os.path.join(parent, prefix + os.urandom(4).hex())
         os.mkdir(path)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -7,6 +7,11 @@ a directory whose lock can be taken has no live creator, in whatever PID
 namespace or container it ran, and is removed if empty (the kernel refuses to
 remove a cgroup that holds a process, so a stray still inside keeps it, and it is
 named). A directory whose lock is held is never touched.
+
+The leftovers' ends (reaper/leftovers/mechanisms.py) own reaper-leftovers.*
+directories the same way, in the v2 and freezer hierarchies; one its creator left
+frozen (killed between FROZEN and THAWED) is thawed first, so that what it holds
+runs again (and takes a SIGKILL already sent) instead of staying frozen for good.
 """
 from __future__ import annotations
 
@@ -16,23 +21,26 @@ from reaper.budgets.cgroupfs import PREFIX, close_fd, lock, remove
 from reaper.procfs.cgroups import own_dir
 
 
-def hierarchies() -> list:
-    """reaper's own cgroup directories where it makes stray cgroups (cpu, memory, v2)."""
+STRAY_CONTROLLERS = ("cpu", "memory", "")        # where the budgets make cgroups (v1 cpu, memory; v2)
+
+
+def hierarchies(controllers=STRAY_CONTROLLERS) -> list:
+    """reaper's own cgroup directories in those controllers' hierarchies ("" for v2)."""
     out = []
-    for controller in ("cpu", "memory", ""):
+    for controller in controllers:
         where = own_dir(controller)
         if where is not None and where[1] not in out:
             out.append(where[1])
     return out
 
 
-def remove_stale(parents=None) -> tuple:
-    """(removed, kept): stale directories removed, and stale ones that are not
-    empty and so were left. Never raises for what it finds."""
+def remove_stale(parents=None, prefix: str = PREFIX) -> tuple:
+    """(removed, kept): stale prefix* directories removed, and stale ones that are
+    not empty and so were left. Never raises for what it finds."""
     removed, kept = [], []
     for parent in hierarchies() if parents is None else parents:
         try:
-            names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+            names = [n for n in os.listdir(parent) if n.startswith(prefix)]
         except OSError:
             continue
         for name in names:
@@ -44,6 +52,7 @@ def remove_stale(parents=None) -> tuple:
             try:
                 if not lock(fd):
                     continue                 # its creator lives: never touched
+                _thaw(d)
                 leaves = [os.path.join(d, n) for n in os.listdir(d) if os.path.isdir(os.path.join(d, n))]
                 ok = all([remove(leaf) for leaf in leaves])     # reclaimed first: no dying cgroup
                 if ok and remove(d):
@@ -55,3 +64,16 @@ def remove_stale(parents=None) -> tuple:
             finally:
                 close_fd(fd)
     return removed, kept
+
+
+def _thaw(d: str) -> None:
+    """A v1 freezer directory its dead creator left FROZEN: THAWED (best effort)."""
+    state = os.path.join(d, "freezer.state")
+    try:
+        with open(state) as f:
+            if f.read().strip() == "THAWED":
+                return
+        with open(state, "w") as f:
+            f.write("THAWED")
+    except OSError:
+        pass                                 # no freezer here (v1 cpu, memory; v2)

@@ -13,6 +13,10 @@ Chosen once, at start, in this order (the first that works here):
   none new (a stopped process forks no more), then all get SIGKILL. A child whose
   parent exits between two rounds is re-parented to reaper and can be missed.
 
+Each end's cgroup is a reaper-leftovers.<random> directory its reaper holds a lock on
+(budgets/cgroupfs.py's owned directories): one left by a reaper that is gone (killed
+in an end) is removed when the next reaper's leftovers piece starts (remove_stale).
+
 A process in a cgroup Ray manages (Ray's resource isolation, cgroup v2: a path
 with a ray-node_/ray_node_ component) is never moved: it is ended by sweeps.
 Every signal goes through a pidfd taken while the identity held (procctl.py).
@@ -21,24 +25,22 @@ from __future__ import annotations
 
 import os
 
-from reaper.budgets.cgroupfs import write
+from reaper.budgets import cleanup
+from reaper.budgets.cgroupfs import close_fd, make_owned, write
 from reaper.procfs.cgroups import own_dir
 from reaper.procfs.processes import read_cgroup
 
 CGROUP_KILL = "cgroup.kill"
 FREEZER = "freezer"
 SWEEPS = "sweeps"
-PREFIX = "reaper-leftovers"
+PREFIX = "reaper-leftovers."
+CONTROLLERS = ("", "freezer")        # the hierarchies ends make cgroups in (v2, v1 freezer)
 
 
-def _tag() -> str:
-    """Unique among the reapers sharing this cgroup filesystem (each may be PID 1 of
-    its own namespace): the PID namespace's inode and reaper's pid."""
-    try:
-        ns = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        ns = 0
-    return f"{ns}.{os.getpid()}"
+def remove_stale() -> tuple:
+    """(removed, kept): the ends' cgroups of reapers that are gone, removed when
+    empty (budgets/cleanup.py). Never raises for what it finds."""
+    return cleanup.remove_stale(cleanup.hierarchies(CONTROLLERS), PREFIX)
 
 
 def ray_managed(pid: int) -> bool:
@@ -56,13 +58,12 @@ class Cgroups:
         self.name = CGROUP_KILL if version == 2 else FREEZER
         self.version = version
         self.base = base
-        self.tag = _tag()
-        self.n = 0
+        self.locks: dict = {}            # directory -> the fd holding its owner's lock
 
     def make(self) -> str:
-        self.n += 1
-        d = os.path.join(self.base, f"{PREFIX}.{self.tag}.{self.n}")
-        os.mkdir(d)
+        """A new, owned cgroup below base; raises OSError."""
+        d, fd = make_owned(self.base, PREFIX)
+        self.locks[d] = fd
         return d
 
     def move(self, d: str, handle) -> bool:
@@ -90,10 +91,15 @@ class Cgroups:
             write(state, "THAWED")
 
     def remove(self, d: str) -> bool:
+        """True once d is gone; its lock is let go only then (until reaper exits,
+        a directory that would not go stays its own)."""
         try:
             os.rmdir(d)
+        except FileNotFoundError:
+            pass
         except OSError:
             return False
+        close_fd(self.locks.pop(d, None))
         return True
 
 
