@@ -23,6 +23,9 @@ NODE_ROW_METRICS = {
     "reaper_node_memory_cgroups", "reaper_node_cgroup_dying_children", "reaper_node_pressure_stalled_seconds",
     "reaper_node_softnet_dropped", "reaper_node_softnet_times_squeezed", "reaper_node_interrupts",
     "reaper_node_zombies", "reaper_node_zombies_by_cgroup", "reaper_node_source_available",
+    # the kernel function and the NIC side (docs/reaper-node.md)
+    "reaper_node_kernel_function_top_ratio", "reaper_node_nic_events", "reaper_node_nic_chains",
+    "reaper_node_nic_driver_stats",
 }
 
 
@@ -166,6 +169,9 @@ def test_panels_for_the_new_gauges():
     (mem,) = {p["id"]: p for p, _ in by_metric["reaper_resident_memory_bytes"]}.values()
     assert cpu is not mem
     assert mem["fieldConfig"]["defaults"]["unit"] == "bytes"
+    # leftovers (docs/leftovers.md): what was done to them, and who still holds a device
+    assert any("by (action)" in e for _, e in by_metric["reaper_leftovers_total"])
+    assert any("device)" in e for _, e in by_metric["reaper_leftover_device_holders"])
 
 
 def test_the_rendered_picture_is_shown():
