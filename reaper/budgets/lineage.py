@@ -189,6 +189,15 @@ class Account:
                 best, most = t, r
         return best
 
+    def biggest(self):
+        """The member that holds the most memory at its last read (the one a memory warning
+        names); the oldest if none was read."""
+        best, most = self.first(), -1
+        for t in self.members.values():
+            if t.use.mem is not None and t.use.mem > most:
+                best, most = t, t.use.mem
+        return best
+
     def leave(self, t) -> None:
         """t is no longer a member: what it used stays counted."""
         if self.members.pop(t.key, None) is not None and t.last_cpu is not None:

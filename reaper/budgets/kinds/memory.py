@@ -132,11 +132,12 @@ class Kind(_Kind):
             s = a.kinds["memory"]
             over = id(a) in over_one or id(a) in over_all
             if over and not s.over:
-                t = a.first()
-                act.violation("memory", t)
+                act.violation("memory", a.first())
                 what = f"over --memory-budget {size(cfg.memory_budget)}" if id(a) in over_one else \
                     f"strays together over --memory-budget-total {size(cfg.memory_budget_total)}"
-                act.log.warn(f"{who(t)} holds {size(held[id(a)])}{_with(a)}, "
+                # Named: the member that holds most of it (the lineage's first may be an idle
+                # `timeout` or shell).
+                act.log.warn(f"{who(a.biggest())} holds {size(held[id(a)])}{_with(a)}, "
                              f"{what}: {'terminate' if act.level >= act.THROTTLE else cfg.budget_action}")
             s.over = over
             if not over:
