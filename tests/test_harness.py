@@ -1,5 +1,6 @@
 """The harness itself (conftest.py): what it guards and cleans up must hold, or the
 suite proves less than it says. Issue 22."""
+import ast
 import os
 import subprocess
 from pathlib import Path
@@ -95,3 +96,61 @@ def test_a_killed_reaper_leaves_no_stray_cgroup_though_it_logged_none():
     assert "reaper-strays" not in r.stderr, r.stderr       # nothing logged to find it by
     assert not os.path.exists(base), f"{base} left behind"
 
+
+
+# What a require() names -> the marker that lets a run leave the test out (.ci/check-pythons
+# runs -m 'not ray and not container and not prometheus' where those are not installed).
+NEEDS_MARKER = {"ray": "ray", "promtool": "prometheus", "prometheus": "prometheus"}
+
+
+def _marks(decorators) -> set:
+    """pytest.mark.NAME (called or not) among decorators or a pytestmark value."""
+    out = set()
+    for d in decorators:
+        d = d.func if isinstance(d, ast.Call) else d
+        if isinstance(d, ast.Attribute) and isinstance(d.value, ast.Attribute) and d.value.attr == "mark":
+            out.add(d.attr)
+    return out
+
+
+def _needs(fn) -> tuple:
+    """(markers fn's own require() calls need, names of the functions it calls)."""
+    needs, calls = set(), set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            calls.add(node.func.id)
+            if node.func.id == "require" and node.args and isinstance(node.args[0], ast.Constant):
+                if node.args[0].value in NEEDS_MARKER:
+                    needs.add(NEEDS_MARKER[node.args[0].value])
+    return needs, calls
+
+
+def test_a_test_that_needs_ray_or_prometheus_carries_its_marker():
+    """A test whose require() (its own, a helper's or a fixture's in its module) needs Ray
+    or Prometheus is marked so: unmarked, the runs that leave those out by marker (the
+    Python 3.9 and 3.13 runs of .ci/check-pythons) fail it under CI=true."""
+    unmarked = []
+    for path in sorted(HERE.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        module_marks: set = set()
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
+                                                    for t in node.targets):
+                value = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                module_marks |= _marks(value)
+        funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        own = {name: _needs(fn) for name, fn in funcs.items()}
+
+        def needed(name: str, seen: set) -> set:
+            if name in seen or name not in own:
+                return set()
+            seen.add(name)
+            direct, calls = own[name]
+            args = [a.arg for a in funcs[name].args.args]
+            return direct.union(*(needed(c, seen) for c in calls | set(args)))
+        for name, fn in funcs.items():
+            if name.startswith("test_"):
+                missing = needed(name, set()) - _marks(fn.decorator_list) - module_marks
+                if missing:
+                    unmarked.append(f"{path.name}::{name} needs @pytest.mark.{', '.join(sorted(missing))}")
+    assert not unmarked, unmarked

@@ -134,6 +134,7 @@ def test_strays_with_a_deep_linked_script_path_neither_spin_nor_stall_reaper(rea
     r.wait()
 
 
+@pytest.mark.ray                        # the daemon is a script of the installed ray package
 def test_a_ray_daemon_started_while_strays_jam_the_checks_is_never_signalled(reaper, tmp_path, deep):
     """Point 5: with the checks jammed by those strays, a Ray daemon (a script of the
     installed ray package under _private/, kept running by -i on a silent FIFO)
