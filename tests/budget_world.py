@@ -204,7 +204,7 @@ class World:
             processes.read_comm: self.read_comm, lineage.read_groups: self.read_groups,
             lineage.boot_ticks: self.boot, cgroups.read_pid_cgroup: lambda pid: None,
             procctl.Handle: _handle_class(self), procctl.pidfds_work: lambda: True,
-            cleanup.remove_stale: lambda parents=None: ([], []), time: FakeTime(self),
+            cleanup.remove_stale: lambda parents=None, prefix=None: ([], []), time: FakeTime(self),
             pulse.cgroup_usage_file: lambda: "world/cpuacct.usage",
             pulse.cgroup_memory_file: lambda: "world/memory.usage_in_bytes",
             pulse._usage: lambda path: world.total_cpu,

@@ -66,6 +66,27 @@ def remove_stale(parents=None, prefix: str = PREFIX) -> tuple:
     return removed, kept
 
 
+def remove_and_say(log, what: str, parents=None, prefix: str = PREFIX) -> int:
+    """remove_stale(), said: one INFO line naming what was removed, one WARN line for
+    what is kept because it holds processes; what = "stray" or "leftover". Never raises
+    (a surprise here must not keep the piece that asks off). Returns how many went."""
+    try:
+        removed, kept = remove_stale(parents, prefix)
+    except Exception as e:
+        log.warn(f"could not look for stale {what} cgroups: {e!r}")
+        return 0
+    if removed:
+        log.info(f"removed {len(removed)} {what} cgroup(s) left by reapers that are gone: {_first(removed)}")
+    if kept:
+        log.warn(f"{what} cgroup(s) left by reapers that are gone still hold processes, "
+                 f"left in place: {_first(kept)}")
+    return len(removed)
+
+
+def _first(paths: list) -> str:
+    return ", ".join(paths[:5]) + (" ..." if len(paths) > 5 else "")
+
+
 def _thaw(d: str) -> None:
     """A v1 freezer directory its dead creator left FROZEN: THAWED (best effort)."""
     state = os.path.join(d, "freezer.state")

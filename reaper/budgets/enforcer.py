@@ -94,18 +94,7 @@ class Enforcer:
 
     def _remove_stale_cgroups(self) -> None:
         """The stray cgroups of reapers that are gone (cleanup.py); never fatal."""
-        try:
-            removed, kept = cleanup.remove_stale()
-        except Exception as e:               # a surprise here must not keep budgets off
-            self.log.warn(f"could not look for stale stray cgroups: {e!r}")
-            return
-        self.stats.stale_cgroups_removed += len(removed)
-        if removed:
-            self.log.info(f"removed {len(removed)} stray cgroup(s) left by reapers that are gone: "
-                          f"{', '.join(removed[:5])}{' ...' if len(removed) > 5 else ''}")
-        if kept:
-            self.log.warn(f"stray cgroup(s) left by reapers that are gone still hold processes, "
-                          f"left in place: {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}")
+        self.stats.stale_cgroups_removed += cleanup.remove_and_say(self.log, "stray")
 
     # --- Plugin protocol ---------------------------------------------------
 

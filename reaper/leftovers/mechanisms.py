@@ -37,10 +37,10 @@ PREFIX = "reaper-leftovers."
 CONTROLLERS = ("", "freezer")        # the hierarchies ends make cgroups in (v2, v1 freezer)
 
 
-def remove_stale() -> tuple:
-    """(removed, kept): the ends' cgroups of reapers that are gone, removed when
-    empty (budgets/cleanup.py). Never raises for what it finds."""
-    return cleanup.remove_stale(cleanup.hierarchies(CONTROLLERS), PREFIX)
+def remove_stale(log) -> int:
+    """The ends' cgroups of reapers that are gone, removed when empty, the rest named
+    (budgets/cleanup.py); never raises. Returns how many went."""
+    return cleanup.remove_and_say(log, "leftover", cleanup.hierarchies(CONTROLLERS), PREFIX)
 
 
 def ray_managed(pid: int) -> bool:

@@ -36,7 +36,7 @@ class Leftovers:
         self.grace = cfg.leftover_grace
         self.devices = Devices(cfg.devices or DEFAULT_GLOBS)
         self.tracker = Tracker(os.getpid(), RayProcesses(), Jobs())
-        self._remove_stale_cgroups()
+        remove_stale(log)                # the ends' cgroups of reapers killed in an end
         self.cgroups = choose() if self.mode == "end" else None
         mechanism = "SIGSTOP" if self.mode == "stop" else (self.cgroups.name if self.cgroups else SWEEPS)
         # Kept across a restart of the piece: its counters never go back.
@@ -59,21 +59,6 @@ class Leftovers:
         runner = getattr(sup, "services", None)
         if runner is not None:
             runner.leftovers = self
-
-    def _remove_stale_cgroups(self) -> None:
-        """The ends' cgroups of reapers that are gone (killed in an end): removed, or
-        named if something still holds them. Never fatal."""
-        try:
-            removed, kept = remove_stale()
-        except Exception as e:           # a surprise here must not keep the piece off
-            self.log.warn(f"could not look for stale leftover cgroups: {e!r}")
-            return
-        if removed:
-            self.log.info(f"removed {len(removed)} leftover cgroup(s) left by reapers that are gone: "
-                          f"{', '.join(removed[:5])}{' ...' if len(removed) > 5 else ''}")
-        if kept:
-            self.log.warn(f"leftover cgroup(s) left by reapers that are gone still hold processes, "
-                          f"left in place: {', '.join(kept[:5])}{' ...' if len(kept) > 5 else ''}")
 
     # --- the plugin interface -----------------------------------------------------------
 
